@@ -1,0 +1,276 @@
+/*
+ * dsa.h — DeepSeek Sparse Attention (DSA) on NVIDIA Hopper: the public C API.
+ *
+ * The pipeline, per layer, per decode step or prefill chunk:
+ *   1. indexer scores  score[t, s] = softmax_scale * sum_h w[t,h] * relu(q[t,h,:] . k[s,:])
+ *                      (k from the paged FP8 index-K cache; ReLU per head)
+ *   2. top-k           the min(topk, L) visible positions with the largest scores
+ *   3. sparse MLA      softmax attention of H heads over the selected latent KV rows
+ * plus the cache writers that fill the two caches.
+ *
+ * Conventions for every device call:
+ *   - All pointers in an args struct are device pointers unless a field says otherwise.
+ *   - Calls are asynchronous on the caller's stream, allocate nothing, never synchronise the host,
+ *     and can be captured in a CUDA graph. Same inputs give the same output bits.
+ *   - Arguments are checked on the host before anything is launched; a failed check returns a
+ *     status and dsa_last_error() names the argument and its value. Nothing is launched then.
+ *   - Device code never reads or writes outside the buffers whose capacities are passed in, whatever
+ *     the contents of lengths, block tables, slot lists or index lists.
+ *   - Calls that need scratch memory take a caller-owned workspace; its size is asked for in advance
+ *     with the matching *_workspace_size function (same args struct) and is bounded (it does not
+ *     grow as tokens x candidates without a cap: long inputs are processed in chunks).
+ *
+ * Layouts (see docs/DESIGN.md of the project for the full contract):
+ *   Index-K cache, paged, FP8: page p is page_size * (head_dim + 4 * head_dim/128) bytes: first the
+ *     page_size FP8-e4m3 rows of head_dim bytes, then page_size x (head_dim/128) float32 scales.
+ *     Slot s lives in page s / page_size, row s % page_size.
+ *   MLA KV cache: dense bf16 [num_slots, 576] (row stride >= 576 elements), or packed FP8, 656 bytes a
+ *     slot: 512 e4m3 latent values, 4 float32 scales (one per 128 values), 64 bf16 rope values.
+ *   Attention q [tokens, H, 576] bf16 (512 latent, 64 rope); out [tokens, H, 512] bf16.
+ */
+#ifndef DSA_H
+#define DSA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The CUDA runtime's own definition, repeated so that this header needs no CUDA include. */
+typedef struct CUstream_st *cudaStream_t;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DSA_VERSION_MAJOR 0
+#define DSA_VERSION_MINOR 1
+#define DSA_VERSION_PATCH 0
+
+/* Fixed model dimensions this library supports. */
+#define DSA_INDEX_HEAD_DIM 128   /* D_I */
+#define DSA_MAX_INDEX_HEADS 64   /* H_I */
+#define DSA_MAX_TOPK 2048
+#define DSA_MAX_Q_LEN_PER_REQ 8
+#define DSA_MLA_QK_DIM 576       /* 512 latent + 64 rope */
+#define DSA_MLA_V_DIM 512
+#define DSA_MLA_FP8_SLOT_BYTES 656
+#define DSA_MAX_ATTN_HEADS 128
+
+typedef enum {
+  DSA_OK = 0,
+  DSA_ERR_NULL_POINTER = 1,     /* a required pointer is NULL */
+  DSA_ERR_INVALID_VALUE = 2,    /* a size, count or scale is out of range or inconsistent */
+  DSA_ERR_UNSUPPORTED = 3,      /* a valid value this build does not implement (dtype, head dim) */
+  DSA_ERR_MISALIGNED = 4,       /* a pointer or stride is not aligned as the data type needs */
+  DSA_ERR_WORKSPACE_TOO_SMALL = 5,
+  DSA_ERR_CUDA = 6,             /* the CUDA runtime reported an error (launch, attribute, device) */
+  DSA_ERR_NO_DEVICE = 7         /* no usable sm_90 device for the current thread */
+} dsa_status;
+
+typedef enum {
+  DSA_DTYPE_BF16 = 0,
+  DSA_DTYPE_FP8_E4M3 = 1,
+  DSA_DTYPE_F32 = 2
+} dsa_dtype;
+
+typedef enum {
+  DSA_KV_BF16 = 0,        /* dense bf16 rows of 576 elements (row stride kv_stride elements) */
+  DSA_KV_FP8_PACKED = 1   /* 656-byte rows: 512 e4m3, 4 float32 scales, 64 bf16 rope */
+} dsa_kv_format;
+
+/* Version as "MAJOR.MINOR.PATCH". */
+const char *dsa_version(void);
+/* A fixed English name for a status. */
+const char *dsa_status_string(dsa_status status);
+/* The message of the last failed call on this thread ("" if none): which argument, which value. */
+const char *dsa_last_error(void);
+
+/* ------------------------------------------------------------------------------------------------
+ * Indexer query side, shared by decode and prefill.
+ *   q        [num_tokens, num_heads, 128]: bf16, or FP8-e4m3 with q_scale [num_tokens, num_heads]
+ *            float32 (q = fp8 * q_scale). Token rows are contiguous.
+ *   weights  [num_tokens, num_heads] float32 or bf16, token row t at weights + t * weights_stride
+ *            elements (a view into a fused projection output is fine).
+ *   score[t, s] = softmax_scale * sum_h weights[t,h] * relu(q[t,h,:] . k[s,:]).
+ */
+typedef struct {
+  const void *q;
+  dsa_dtype q_dtype;            /* DSA_DTYPE_BF16 or DSA_DTYPE_FP8_E4M3 */
+  const float *q_scale;         /* [num_tokens, num_heads], FP8 q only (NULL for bf16) */
+  const void *weights;
+  dsa_dtype weights_dtype;      /* DSA_DTYPE_F32 or DSA_DTYPE_BF16 */
+  int64_t weights_stride;       /* elements between token rows, >= num_heads */
+  int num_heads;                /* 1..64 */
+  int head_dim;                 /* must be 128 */
+  float softmax_scale;
+} dsa_indexer_query;
+
+/* The paged FP8 index-K cache. */
+typedef struct {
+  const uint8_t *data;          /* num_pages * page_size * (head_dim + 4*head_dim/128) bytes, 16-B aligned */
+  int64_t num_pages;
+  int page_size;                /* tokens per page, 1..1024 (64 in the reference models) */
+} dsa_index_k_cache;
+
+/* ------------------------------------------------------------------------------------------------
+ * Decode: indexer scores + top-k.
+ * num_reqs requests with q_len_per_req = n query tokens each (token t = r*n + j, num_tokens = r*n).
+ * Token t sees positions [0, L), L = max(0, seq_lens[r] - (n-1) + j), clamped to what its block-table
+ * row addresses (max_blocks_per_req * page_size). Position i is global slot
+ * block_table[r * block_table_stride + i / page_size] * page_size + i % page_size.
+ * Output: topk_indices[t, 0..topk) = global slots of the selected positions (order unspecified but
+ * deterministic), -1 past lens[t] = min(topk, L). A position whose page id is outside
+ * [0, num_pages) scores -inf and is reported as -1 if selected.
+ */
+typedef struct {
+  dsa_indexer_query query;
+  dsa_index_k_cache cache;
+  const int32_t *seq_lens;       /* [num_reqs] */
+  const int32_t *block_table;    /* [num_reqs, block_table_stride] */
+  int64_t block_table_stride;    /* elements, >= max_blocks_per_req */
+  int max_blocks_per_req;        /* columns of the block table the kernels may read, >= 1 */
+  int num_reqs;                  /* >= 0 */
+  int q_len_per_req;             /* 1..8 */
+  int max_seq_len;               /* host-known bound on L; 0 = max_blocks_per_req * page_size */
+  int topk;                      /* 1..2048 */
+  int32_t *topk_indices;         /* [num_reqs * q_len_per_req, topk] */
+  int32_t *topk_lens;            /* [num_tokens] or NULL */
+} dsa_indexer_decode_args;
+
+dsa_status dsa_indexer_decode_workspace_size(const dsa_indexer_decode_args *args, size_t *bytes);
+dsa_status dsa_indexer_decode(const dsa_indexer_decode_args *args, void *workspace,
+                              size_t workspace_bytes, cudaStream_t stream);
+
+/* Decode scores alone (the first stage of dsa_indexer_decode, for engines that run their own
+ * top-k, and for timing): scores[t * scores_stride + i] for i < L(t). Positions past L(t) are not
+ * written. Tokens with L <= topk are not scored when skip_short_rows is non-zero. */
+typedef struct {
+  dsa_indexer_decode_args decode; /* topk_indices / topk_lens unused */
+  float *scores;
+  int64_t scores_stride;          /* >= max_seq_len (or max_blocks_per_req * page_size) */
+  int skip_short_rows;
+} dsa_indexer_decode_scores_args;
+dsa_status dsa_indexer_decode_scores(const dsa_indexer_decode_scores_args *args,
+                                     cudaStream_t stream);
+
+/* ------------------------------------------------------------------------------------------------
+ * Prefill: indexer scores + top-k over a workspace of gathered rows.
+ * Workspace row w is global index-K slot kv_workspace_slots[w]. Token t sees rows
+ * [row_starts[t], row_ends[t]) (clamped to [0, num_workspace_rows) and to max_rows rows).
+ * Output per token: positions as absolute workspace rows (output_global_slots = 0, the reference
+ * contract) or as global slots (output_global_slots = 1: what attention consumes); -1 past lens.
+ * A row whose slot is outside the cache scores -inf and, as a global slot, is reported as -1.
+ */
+typedef struct {
+  dsa_indexer_query query;
+  dsa_index_k_cache cache;
+  const int64_t *kv_workspace_slots; /* [num_workspace_rows] */
+  int64_t num_workspace_rows;        /* 0..2^31-1 */
+  const int32_t *row_starts;         /* [num_tokens] */
+  const int32_t *row_ends;           /* [num_tokens] */
+  int num_tokens;                    /* >= 0 */
+  int max_rows;                      /* host-known bound on row_ends - row_starts; 0 = num_workspace_rows */
+  int topk;                          /* 1..2048 */
+  int output_global_slots;
+  int32_t *topk_indices;             /* [num_tokens, topk] */
+  int32_t *topk_lens;                /* [num_tokens] or NULL */
+} dsa_indexer_prefill_args;
+
+dsa_status dsa_indexer_prefill_workspace_size(const dsa_indexer_prefill_args *args, size_t *bytes);
+dsa_status dsa_indexer_prefill(const dsa_indexer_prefill_args *args, void *workspace,
+                               size_t workspace_bytes, cudaStream_t stream);
+
+/* Prefill scores alone: scores[t * scores_stride + (w - row_starts[t])] for visible rows w. */
+typedef struct {
+  dsa_indexer_prefill_args prefill; /* topk_indices / topk_lens / output_global_slots unused */
+  float *scores;
+  int64_t scores_stride;            /* >= max_rows (or num_workspace_rows) */
+  int skip_short_rows;
+} dsa_indexer_prefill_scores_args;
+dsa_status dsa_indexer_prefill_scores(const dsa_indexer_prefill_scores_args *args,
+                                      cudaStream_t stream);
+
+/* ------------------------------------------------------------------------------------------------
+ * Plain top-k over float32 rows: for row r, the min(topk, L_r) largest of scores[r*stride + i],
+ * i < L_r = clamp(row_lens[r], 0, max_len) (every row has length max_len when row_lens is NULL).
+ * Ties go to the lower position; NaN ranks below every number. indices[r, :] = positions
+ * (order unspecified, deterministic), -1 past lens[r].
+ */
+typedef struct {
+  const float *scores;
+  int64_t scores_stride;   /* elements, >= max_len */
+  int num_rows;            /* >= 0 */
+  const int32_t *row_lens; /* [num_rows] or NULL */
+  int max_len;             /* >= 0, host bound on every row's length */
+  int topk;                /* 1..2048 */
+  int32_t *indices;        /* [num_rows, topk] */
+  int32_t *lens;           /* [num_rows] or NULL */
+} dsa_topk_args;
+
+dsa_status dsa_topk_workspace_size(const dsa_topk_args *args, size_t *bytes);
+dsa_status dsa_topk(const dsa_topk_args *args, void *workspace, size_t workspace_bytes,
+                    cudaStream_t stream);
+
+/* ------------------------------------------------------------------------------------------------
+ * Sparse MLA attention (decode with any number of tokens per request, and prefill: one call).
+ * For token t and head h: over entries i < topk of indices[t] that are valid (idx >= 0,
+ * idx < num_slots, and i < lens[t] when lens is given):
+ *   s_i = softmax_scale * q[t,h,:] . k_i   (576 dims),  p_i = exp(s_i - m)
+ *   out[t,h,:] = sum p_i v_i / sum p_i     (v = first 512 dims of k),  lse = m + ln(sum p_i)
+ * A token with no valid entry gets out = 0 and lse = -inf.
+ */
+typedef struct {
+  const void *q;            /* [num_tokens, num_heads, 576] bf16, contiguous, 16-B aligned */
+  int num_tokens;           /* >= 0 */
+  int num_heads;            /* 1..128 */
+  const void *kv_cache;     /* 16-B aligned */
+  dsa_kv_format kv_format;
+  int64_t num_slots;        /* rows in the KV cache */
+  int64_t kv_stride;        /* bf16: elements between rows (>= 576, multiple of 8); FP8: ignored (656 B) */
+  const int32_t *indices;   /* [num_tokens, indices_stride] global slots */
+  int64_t indices_stride;   /* elements, >= topk */
+  int topk;                 /* 1..2048 */
+  const int32_t *lens;      /* [num_tokens] or NULL */
+  float softmax_scale;
+  void *out;                /* [num_tokens, num_heads, 512] bf16 */
+  float *lse;               /* [num_tokens, num_heads] or NULL */
+} dsa_sparse_mla_args;
+
+dsa_status dsa_sparse_mla_workspace_size(const dsa_sparse_mla_args *args, size_t *bytes);
+dsa_status dsa_sparse_mla(const dsa_sparse_mla_args *args, void *workspace, size_t workspace_bytes,
+                          cudaStream_t stream);
+
+/* ------------------------------------------------------------------------------------------------
+ * Cache writers. Negative slots are padding and are skipped; slots past the cache are skipped too.
+ */
+/* Index-K store: k bf16 [num_tokens, 128] (row stride k_stride elements) -> FP8 rows with one
+ * float32 scale per row: scale = max(amax, DSA_FP8_AMAX_FLOOR) / 448, fp8 = rn_sat(k / scale). */
+#define DSA_FP8_AMAX_FLOOR 1e-4f
+typedef struct {
+  const void *k;                 /* bf16 */
+  int64_t k_stride;              /* elements, >= 128 */
+  const int64_t *slot_mapping;   /* [num_tokens] */
+  int num_tokens;
+  uint8_t *cache;                /* the paged index-K cache (dsa_index_k_cache layout) */
+  int64_t num_pages;
+  int page_size;
+} dsa_index_k_store_args;
+dsa_status dsa_index_k_store(const dsa_index_k_store_args *args, cudaStream_t stream);
+
+/* MLA KV store: kv bf16 [num_tokens, 576] -> packed FP8 rows (scale = amax/448 per 128 latent
+ * values, rope copied as bf16) or a plain bf16 copy. */
+typedef struct {
+  const void *kv;                /* bf16 */
+  int64_t kv_stride;             /* elements, >= 576 */
+  const int64_t *slot_mapping;   /* [num_tokens] */
+  int num_tokens;
+  void *cache;
+  dsa_kv_format kv_format;
+  int64_t num_slots;
+  int64_t cache_stride;          /* bf16: elements between rows (>= 576); FP8: ignored */
+} dsa_mla_kv_store_args;
+dsa_status dsa_mla_kv_store(const dsa_mla_kv_store_args *args, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DSA_H */

@@ -1,0 +1,360 @@
+/*
+ * indexer_scores.cu — stage 1 of DSA: lightning-indexer scores on tensor cores.
+ *
+ *   score[t, x] = softmax_scale * sum_h w[t,h] * relu( q[t,h,:] . k[x,:] ),   h < H <= 64, dims 128
+ *
+ * k comes from the paged FP8 index-K cache (k = fp8 * scale, one float scale per 128-dim row).
+ * Decode and prefill share one kernel; they differ only in how a key coordinate x maps to a cache
+ * slot (rows.cuh) and in which tokens a CTA groups (decode: the n MTP tokens of one request, who
+ * see the same keys; prefill: up to 16 consecutive tokens).
+ *
+ * Per CTA (8 warps): a group of T tokens, a contiguous range of key tiles of 256 keys. Per warp and
+ * tile: 32 keys x all heads of every token of the group as an MMA with M = keys, N = heads:
+ *   A (32 keys x 128 dims): FP8 rows loaded straight from global into registers, converted to
+ *     f16 pairs (e4m3 -> f16 is exact). Because a dot product does not care about the order of its
+ *     terms, thread (g, c) of the warp loads bytes [16c, 16c+16) and [64+16c, 64+16c+16) of its
+ *     rows and uses them as its fragment slots directly: no shared-memory staging, no shuffles.
+ *   B (128 dims x 32 heads): q staged once per CTA in shared memory as f16; the permutation above
+ *     makes each thread's B slots 8 contiguous halves, one 16-byte shared load per two k-steps.
+ *   mma.sync m16n8k16 f16 -> f32. bf16 q is scaled per (token, head) by a power of two into f16's
+ *     range first (exact for bf16's 8-bit significand), undone with the head's q-scale after the
+ *     dot product; FP8 q converts exactly and carries its q_scale the same way.
+ *   Epilogue in registers: relu, weight, sum over heads (2 shuffles over the quad), one coalesced
+ *     128-byte store per warp and token.
+ * Shapes: T <= 16 tokens, H padded to 32 or 64 (zero q, zero weight), 256 keys a tile.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "dsa_kernels.h"
+#include "rows.cuh"
+
+#define SC_WARPS 8
+#define SC_THREADS (SC_WARPS * 32)
+#define SC_TILE (SC_WARPS * 32)     /* keys per tile: 32 per warp */
+#define SC_QROW 136                 /* halves per staged q row: 128 + 8 pad (272 B: conflict-free) */
+#define SC_MAX_T 16
+#define SC_SMALL_T 8
+
+/* ---- small PTX helpers ---- */
+static __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_bytes) {
+  uint32_t r;
+  const uint16_t v = (uint16_t)two_bytes;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(v));
+  return r;
+}
+
+static __device__ __forceinline__ void mma_f16_16816(float c[4], const uint32_t a[4], uint32_t b0,
+                                                     uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+static __device__ __forceinline__ uint4 ldg_nc_v4(const void *p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+/* Per-CTA token-group state in shared memory (after the q rows). */
+typedef struct {
+  int len[SC_MAX_T];
+  int begin[SC_MAX_T];
+  int any_negative_qscale;
+} sc_group;
+
+static size_t sc_smem_bytes(int T, int HP) {
+  return (size_t)T * HP * SC_QROW * 2 + (size_t)3 * T * HP * 4 + sizeof(sc_group);
+}
+
+/* One warp's raw key rows for a tile: 4 rows (2 m-tiles x rows g, g+8) x 32 bytes, + scales. */
+typedef struct {
+  uint4 b[2][2][2]; /* [m][row half][64-byte half] */
+  float scale[2][2];
+  int ok[2][2];     /* key loaded from a valid slot */
+} sc_raw;
+
+static __device__ __forceinline__ void sc_load_keys(sc_raw &raw, const dsa_scores_params &p, int t0,
+                                                    int tile_x0, int lo, int hi, int lane) {
+  const int g = lane >> 2, c = lane & 3;
+  const long long page_bytes = (long long)p.cache.page_size * (DSA_INDEX_HEAD_DIM + 4);
+#pragma unroll
+  for (int m = 0; m < 2; m++)
+#pragma unroll
+    for (int rh = 0; rh < 2; rh++) {
+      const int x = tile_x0 + m * 16 + g + 8 * rh;
+      long long slot = -1;
+      if (x >= lo && x < hi) slot = rows_key_slot(p.rows, t0, x);
+      raw.ok[m][rh] = slot >= 0;
+      if (slot >= 0) {
+        const long long page = slot / p.cache.page_size, row = slot % p.cache.page_size;
+        const uint8_t *base = p.cache.data + page * page_bytes;
+        const uint8_t *krow = base + row * DSA_INDEX_HEAD_DIM;
+        raw.b[m][rh][0] = ldg_nc_v4(krow + 16 * c);
+        raw.b[m][rh][1] = ldg_nc_v4(krow + 64 + 16 * c);
+        raw.scale[m][rh] =
+            __ldg((const float *)(base + (long long)p.cache.page_size * DSA_INDEX_HEAD_DIM + row * 4));
+      } else {
+        raw.b[m][rh][0] = make_uint4(0, 0, 0, 0);
+        raw.b[m][rh][1] = make_uint4(0, 0, 0, 0);
+        raw.scale[m][rh] = 0.f;
+      }
+    }
+}
+
+static __device__ __forceinline__ uint32_t u4_word(const uint4 &v, int w) {
+  return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
+}
+
+/*
+ * grid: x = ranges of tiles_per_cta tiles, y = token groups of T tokens.
+ * Decode requires T == q_len_per_req and token_begin a multiple of it (one request per group).
+ */
+template <int HP>
+__global__ void __launch_bounds__(SC_THREADS, 1)
+    indexer_scores_kernel(const dsa_scores_params p, int T, int tiles_per_cta) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __half *qs_smem = (__half *)smem;                                /* [T][HP][SC_QROW] */
+  float *wq_smem = (float *)(smem + (size_t)T * HP * SC_QROW * 2); /* w * scale * qscale */
+  float *w_smem = wq_smem + T * HP;                                /* w * scale */
+  float *qsc_smem = w_smem + T * HP;                               /* q scale per (t, h) */
+  sc_group *grp = (sc_group *)(qsc_smem + T * HP);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int t0 = blockIdx.y * T;
+  const int nt = min(T, p.num_tokens - t0);
+
+  /* Token lengths and the union of their key ranges. */
+  if (tid < SC_MAX_T) {
+    int L = 0, b = 0;
+    if (tid < nt) {
+      L = rows_len(p.rows, t0 + tid);
+      b = rows_begin(p.rows, t0 + tid);
+      if (L <= p.skip_len) L = 0;
+    }
+    grp->len[tid] = L;
+    grp->begin[tid] = b;
+  }
+  if (tid == 0) grp->any_negative_qscale = 0;
+  __syncthreads();
+  int lo = 0x7fffffff, hi = 0;
+  for (int i = 0; i < nt; i++) {
+    if (grp->len[i] > 0) {
+      lo = min(lo, grp->begin[i]);
+      hi = max(hi, grp->begin[i] + grp->len[i]);
+    }
+  }
+  const int tile_first = blockIdx.x * tiles_per_cta;
+  int tile_end = tile_first + tiles_per_cta;
+  if (hi <= lo) return;
+  tile_end = min(tile_end, (hi + SC_TILE - 1) / SC_TILE);
+  const int tile_begin = max(tile_first, lo / SC_TILE);
+  if (tile_begin >= tile_end) return;
+
+  /* Stage q (f16, scaled) and weights: one warp per (token, head) row, 4 dims a lane. */
+  const int H = p.q.num_heads;
+  for (int row = warp; row < T * HP; row += SC_WARPS) {
+    const int ti = row / HP, h = row % HP;
+    const int ta = p.rows.token_begin + t0 + ti;
+    float v[4] = {0.f, 0.f, 0.f, 0.f};
+    float qscale = 1.f, w = 0.f;
+    const bool live = ti < nt && h < H && grp->len[ti] > 0;
+    if (live) {
+      const long long qoff = ((long long)ta * H + h) * DSA_INDEX_HEAD_DIM + lane * 4;
+      if (p.q.q_dtype == DSA_DTYPE_BF16) {
+        const uint2 raw = *(const uint2 *)((const __nv_bfloat16 *)p.q.q + qoff);
+        v[0] = __uint_as_float(raw.x << 16);
+        v[1] = __uint_as_float(raw.x & 0xffff0000u);
+        v[2] = __uint_as_float(raw.y << 16);
+        v[3] = __uint_as_float(raw.y & 0xffff0000u);
+        float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        /* 2^e with amax * 2^e in (2^13, 2^14]: f16 holds every bf16 value of the row exactly
+         * (down to amax * 2^-27), and 128 products with |k| <= 448 stay far below f32's range. */
+        int e = 0;
+        if (amax > 0.f && isfinite(amax)) {
+          int ex;
+          frexpf(amax, &ex); /* amax = f * 2^ex, f in [0.5, 1) */
+          e = 14 - ex;
+        }
+        const float up = ldexpf(1.f, e);
+#pragma unroll
+        for (int i = 0; i < 4; i++) v[i] *= up;
+        qscale = ldexpf(1.f, -e);
+      } else {
+        const uint32_t raw = *(const uint32_t *)((const uint8_t *)p.q.q + qoff);
+        const uint32_t lo2 = e4m3x2_to_f16x2(raw & 0xffffu), hi2 = e4m3x2_to_f16x2(raw >> 16);
+        const __half2 a = *(const __half2 *)&lo2, b = *(const __half2 *)&hi2;
+        v[0] = __low2float(a);
+        v[1] = __high2float(a);
+        v[2] = __low2float(b);
+        v[3] = __high2float(b);
+        qscale = p.q.q_scale[(long long)ta * H + h];
+      }
+      const long long woff = (long long)ta * p.q.weights_stride + h;
+      w = p.q.weights_dtype == DSA_DTYPE_F32
+              ? ((const float *)p.q.weights)[woff]
+              : __bfloat162float(((const __nv_bfloat16 *)p.q.weights)[woff]);
+      w *= p.q.softmax_scale;
+    }
+    __half2 h01 = __floats2half2_rn(v[0], v[1]), h23 = __floats2half2_rn(v[2], v[3]);
+    uint2 packed;
+    packed.x = *(uint32_t *)&h01;
+    packed.y = *(uint32_t *)&h23;
+    *(uint2 *)(qs_smem + (size_t)row * SC_QROW + lane * 4) = packed;
+    if (lane == 0) {
+      wq_smem[row] = w * qscale;
+      w_smem[row] = w;
+      qsc_smem[row] = qscale;
+      if (!(qscale >= 0.f)) grp->any_negative_qscale = 1;
+    }
+  }
+  __syncthreads();
+  const bool qscale_nonneg = grp->any_negative_qscale == 0;
+
+  const int g = lane >> 2, c = lane & 3;
+  sc_raw raw;
+  sc_load_keys(raw, p, t0, tile_begin * SC_TILE + warp * 32, lo, hi, lane);
+  for (int tile = tile_begin; tile < tile_end; tile++) {
+    const int x0 = tile * SC_TILE + warp * 32;
+    /* Convert this tile's keys to A fragments, then prefetch the next tile's raw rows. */
+    uint32_t a[2][8][4];
+    float kscale[2][2];
+    int kok[2][2];
+#pragma unroll
+    for (int m = 0; m < 2; m++) {
+#pragma unroll
+      for (int s = 0; s < 8; s++) {
+        const uint32_t w0 = u4_word(raw.b[m][0][s >> 2], s & 3);
+        const uint32_t w1 = u4_word(raw.b[m][1][s >> 2], s & 3);
+        a[m][s][0] = e4m3x2_to_f16x2(w0 & 0xffffu);
+        a[m][s][1] = e4m3x2_to_f16x2(w1 & 0xffffu);
+        a[m][s][2] = e4m3x2_to_f16x2(w0 >> 16);
+        a[m][s][3] = e4m3x2_to_f16x2(w1 >> 16);
+      }
+#pragma unroll
+      for (int rh = 0; rh < 2; rh++) {
+        kscale[m][rh] = raw.scale[m][rh];
+        kok[m][rh] = raw.ok[m][rh];
+      }
+    }
+    if (tile + 1 < tile_end) sc_load_keys(raw, p, t0, x0 + SC_TILE, lo, hi, lane);
+    const bool fast = qscale_nonneg && __all_sync(0xffffffffu, kscale[0][0] >= 0.f && kscale[0][1] >= 0.f &&
+                                                                  kscale[1][0] >= 0.f && kscale[1][1] >= 0.f);
+
+    for (int ti = 0; ti < nt; ti++) {
+      const int L = grp->len[ti];
+      if (L == 0) continue;
+      const int bt = grp->begin[ti];
+      if (x0 + 32 <= bt || x0 >= bt + L) continue; /* warp-uniform: no key of this warp is visible */
+      float part[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+#pragma unroll
+      for (int hg = 0; hg < HP / 32; hg++) {
+        float acc[2][4][4];
+#pragma unroll
+        for (int m = 0; m < 2; m++)
+#pragma unroll
+          for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[m][n][i] = 0.f;
+        const __half *qrow = qs_smem + ((size_t)ti * HP + hg * 32 + g) * SC_QROW + 16 * c;
+#pragma unroll
+        for (int sp = 0; sp < 4; sp++) {
+#pragma unroll
+          for (int n = 0; n < 4; n++) {
+            const uint4 b = *(const uint4 *)(qrow + n * 8 * SC_QROW + 64 * (sp >> 1) + 8 * (sp & 1));
+#pragma unroll
+            for (int m = 0; m < 2; m++) {
+              mma_f16_16816(acc[m][n], a[m][2 * sp], b.x, b.y);
+              mma_f16_16816(acc[m][n], a[m][2 * sp + 1], b.z, b.w);
+            }
+          }
+        }
+        /* Epilogue: this thread holds heads hg*32 + n*8 + 2c + {0,1} of rows g, g+8 per m-tile. */
+        const float *wq = (fast ? wq_smem : w_smem) + ti * HP + hg * 32 + 2 * c;
+        const float *qsc = qsc_smem + ti * HP + hg * 32 + 2 * c;
+#pragma unroll
+        for (int n = 0; n < 4; n++) {
+          const float2 wv = *(const float2 *)(wq + n * 8);
+          if (fast) {
+#pragma unroll
+            for (int m = 0; m < 2; m++)
+#pragma unroll
+              for (int rh = 0; rh < 2; rh++)
+                part[m][rh] += wv.x * fmaxf(acc[m][n][2 * rh], 0.f) +
+                               wv.y * fmaxf(acc[m][n][2 * rh + 1], 0.f);
+          } else {
+            const float2 sv = *(const float2 *)(qsc + n * 8);
+#pragma unroll
+            for (int m = 0; m < 2; m++)
+#pragma unroll
+              for (int rh = 0; rh < 2; rh++)
+                part[m][rh] += wv.x * fmaxf(acc[m][n][2 * rh] * sv.x * kscale[m][rh], 0.f) +
+                               wv.y * fmaxf(acc[m][n][2 * rh + 1] * sv.y * kscale[m][rh], 0.f);
+          }
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int rh = 0; rh < 2; rh++) {
+          float v = part[m][rh];
+          v += __shfl_xor_sync(0xffffffffu, v, 1);
+          v += __shfl_xor_sync(0xffffffffu, v, 2);
+          if (fast) v *= kscale[m][rh];
+          part[m][rh] = kok[m][rh] ? v : -INFINITY;
+        }
+      /* Lane c stores key (m, rh) = (c >> 1, c & 1): 32 lanes, 32 distinct keys. */
+      const float out = c == 0 ? part[0][0] : c == 1 ? part[0][1] : c == 2 ? part[1][0] : part[1][1];
+      const int x = x0 + (c >> 1) * 16 + g + 8 * (c & 1);
+      if (x >= bt && x < bt + L) p.scores[(long long)(t0 + ti) * p.scores_stride + (x - bt)] = out;
+    }
+  }
+}
+
+static int sc_launch(const dsa_scores_params *p, int T, int HP, int groups, int max_x,
+                     cudaStream_t stream) {
+  const int total_tiles = (max_x + SC_TILE - 1) / SC_TILE;
+  if (total_tiles == 0 || groups == 0) return 0;
+  /* Enough CTAs to fill 132 SMs a few times; longer ranges per CTA amortise the q staging. */
+  long long want = 132 * 4;
+  int tpc = (int)(((long long)total_tiles * groups + want - 1) / want);
+  if (tpc < 1) tpc = 1;
+  if (tpc > 32) tpc = 32;
+  const dim3 grid((total_tiles + tpc - 1) / tpc, groups);
+  const size_t smem = sc_smem_bytes(T, HP);
+  cudaError_t err;
+  if (HP == 32) {
+    err = cudaFuncSetAttribute(indexer_scores_kernel<32>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)smem);
+    if (err != cudaSuccess) return (int)err;
+    indexer_scores_kernel<32><<<grid, SC_THREADS, smem, stream>>>(*p, T, tpc);
+  } else {
+    err = cudaFuncSetAttribute(indexer_scores_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)smem);
+    if (err != cudaSuccess) return (int)err;
+    indexer_scores_kernel<64><<<grid, SC_THREADS, smem, stream>>>(*p, T, tpc);
+  }
+  return (int)cudaGetLastError();
+}
+
+extern "C" int dsa_indexer_scores_launch(const dsa_scores_params *p, cudaStream_t stream) {
+  if (p->num_tokens <= 0) return 0;
+  const int HP = p->q.num_heads <= 32 ? 32 : 64;
+  if (p->rows.mode == DSA_ROWS_DECODE) {
+    const int n = p->rows.q_len_per_req;
+    return sc_launch(p, n, HP, p->num_tokens / n, p->rows.max_len, stream);
+  }
+  /* Prefill: key coordinates are workspace rows. */
+  const int T = HP == 32 ? SC_MAX_T : SC_SMALL_T;
+  const int groups = (p->num_tokens + T - 1) / T;
+  const long long W = p->rows.num_ws_rows;
+  return sc_launch(p, T, HP, groups, (int)W, stream);
+}

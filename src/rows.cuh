@@ -1,0 +1,69 @@
+/*
+ * rows.cuh — device-side visibility rules shared by the scoring and top-k kernels (DESIGN.md §3):
+ * for launch-token t, its visible length L(t), where its positions start in key coordinates, and
+ * what position i reports as output. Every lookup is bounds-checked against the capacities in
+ * dsa_rows, so no content of seq_lens / block_table / row ranges / slot lists can cause an
+ * out-of-bounds access.
+ */
+#pragma once
+#include "dsa_kernels.h"
+
+/* Visible length of launch-token t (relative to rows.token_begin). */
+static __device__ __forceinline__ int rows_len(const dsa_rows &r, int t) {
+  const int ta = r.token_begin + t;
+  long long L;
+  if (r.mode == DSA_ROWS_DECODE) {
+    const int n = r.q_len_per_req;
+    const int req = ta / n, j = ta % n;
+    L = (long long)r.seq_lens[req] - (n - 1) + j;
+    const long long cap = (long long)r.max_blocks * r.page_size;
+    if (L > cap) L = cap;
+  } else if (r.mode == DSA_ROWS_PREFILL) {
+    long long b = r.row_starts[ta], e = r.row_ends[ta];
+    if (b < 0) b = 0;
+    if (b > r.num_ws_rows) b = r.num_ws_rows;
+    if (e > r.num_ws_rows) e = r.num_ws_rows;
+    L = e - b;
+  } else {
+    L = r.row_lens ? (long long)r.row_lens[ta] : (long long)r.max_len;
+  }
+  if (L < 0) L = 0;
+  if (L > r.max_len) L = r.max_len;
+  return (int)L;
+}
+
+/* First key coordinate of launch-token t: the workspace row of position 0 (prefill), else 0. */
+static __device__ __forceinline__ int rows_begin(const dsa_rows &r, int t) {
+  if (r.mode != DSA_ROWS_PREFILL) return 0;
+  long long b = r.row_starts[r.token_begin + t];
+  if (b < 0) b = 0;
+  if (b > r.num_ws_rows) b = r.num_ws_rows;
+  return (int)b;
+}
+
+/* Index-K slot of key coordinate x seen by launch-token t, or -1 if its page / slot lies outside
+ * the cache. x must be < rows_begin + rows_len (the caller guarantees it). */
+static __device__ __forceinline__ long long rows_key_slot(const dsa_rows &r, int t, int x) {
+  if (r.mode == DSA_ROWS_DECODE) {
+    const int req = (r.token_begin + t) / r.q_len_per_req;
+    const int page = r.block_table[(long long)req * r.block_table_stride + x / r.page_size];
+    if (page < 0 || page >= r.num_pages) return -1;
+    return (long long)page * r.page_size + x % r.page_size;
+  }
+  if (r.mode == DSA_ROWS_PREFILL) {
+    const long long s = r.ws_slots[x];
+    if (s < 0 || s >= r.num_pages * (long long)r.page_size) return -1;
+    return s;
+  }
+  return x;
+}
+
+/* What position i of launch-token t reports in the top-k output. */
+static __device__ __forceinline__ int rows_output(const dsa_rows &r, int t, int i) {
+  if (r.mode == DSA_ROWS_DECODE) return (int)rows_key_slot(r, t, i);
+  if (r.mode == DSA_ROWS_PREFILL) {
+    const int w = rows_begin(r, t) + i;
+    return r.output_global_slots ? (int)rows_key_slot(r, t, w) : w;
+  }
+  return i;
+}
