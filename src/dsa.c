@@ -278,7 +278,7 @@ static dsa_status run_indexer(const char *fn, const dsa_indexer_query *q, const 
 
 dsa_status dsa_indexer_decode_workspace_size(const dsa_indexer_decode_args *a, size_t *bytes) {
   const char *fn = "dsa_indexer_decode_workspace_size";
-  int max_len;
+  int max_len = 0;
   if (!bytes) return fail(DSA_ERR_NULL_POINTER, "%s: bytes is NULL", fn);
   CHECK(check_decode(fn, a, 0, 0, &max_len));
   const int tokens = a->num_reqs * a->q_len_per_req;
@@ -289,7 +289,7 @@ dsa_status dsa_indexer_decode_workspace_size(const dsa_indexer_decode_args *a, s
 dsa_status dsa_indexer_decode(const dsa_indexer_decode_args *a, void *ws, size_t ws_bytes,
                               cudaStream_t stream) {
   const char *fn = "dsa_indexer_decode";
-  int max_len;
+  int max_len = 0;
   CHECK(check_decode(fn, a, 1, 1, &max_len));
   const int tokens = a->num_reqs * a->q_len_per_req;
   if (tokens == 0) return ok();
@@ -302,7 +302,7 @@ dsa_status dsa_indexer_decode(const dsa_indexer_decode_args *a, void *ws, size_t
 
 dsa_status dsa_indexer_prefill_workspace_size(const dsa_indexer_prefill_args *a, size_t *bytes) {
   const char *fn = "dsa_indexer_prefill_workspace_size";
-  int max_len;
+  int max_len = 0;
   if (!bytes) return fail(DSA_ERR_NULL_POINTER, "%s: bytes is NULL", fn);
   CHECK(check_prefill(fn, a, 0, 0, &max_len));
   *bytes = a->num_tokens ? plan_indexer(a->num_tokens, max_len, a->topk, 1).total : 0;
@@ -312,7 +312,7 @@ dsa_status dsa_indexer_prefill_workspace_size(const dsa_indexer_prefill_args *a,
 dsa_status dsa_indexer_prefill(const dsa_indexer_prefill_args *a, void *ws, size_t ws_bytes,
                                cudaStream_t stream) {
   const char *fn = "dsa_indexer_prefill";
-  int max_len;
+  int max_len = 0;
   CHECK(check_prefill(fn, a, 1, 1, &max_len));
   if (a->num_tokens == 0) return ok();
   const indexer_plan plan = plan_indexer(a->num_tokens, max_len, a->topk, 1);
@@ -346,7 +346,7 @@ static dsa_status run_scores(const char *fn, const dsa_indexer_query *q, const d
 
 dsa_status dsa_indexer_decode_scores(const dsa_indexer_decode_scores_args *a, cudaStream_t stream) {
   const char *fn = "dsa_indexer_decode_scores";
-  int max_len;
+  int max_len = 0;
   if (!a) return fail(DSA_ERR_NULL_POINTER, "%s: args is NULL", fn);
   CHECK(check_decode(fn, &a->decode, 1, 0, &max_len));
   const int tokens = a->decode.num_reqs * a->decode.q_len_per_req;
@@ -364,7 +364,7 @@ dsa_status dsa_indexer_decode_scores(const dsa_indexer_decode_scores_args *a, cu
 
 dsa_status dsa_indexer_prefill_scores(const dsa_indexer_prefill_scores_args *a, cudaStream_t stream) {
   const char *fn = "dsa_indexer_prefill_scores";
-  int max_len;
+  int max_len = 0;
   if (!a) return fail(DSA_ERR_NULL_POINTER, "%s: args is NULL", fn);
   CHECK(check_prefill(fn, &a->prefill, 1, 0, &max_len));
   if (a->prefill.num_tokens == 0) return ok();

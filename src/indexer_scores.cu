@@ -182,11 +182,10 @@ __global__ void __launch_bounds__(SC_THREADS, 1)
         if (amax > 0.f && isfinite(amax)) {
           int ex;
           frexpf(amax, &ex); /* amax = f * 2^ex, f in [0.5, 1) */
-          e = 14 - ex;
+          e = min(max(14 - ex, -126), 100); /* keep 2^-e a finite, non-zero float */
         }
-        const float up = ldexpf(1.f, e);
 #pragma unroll
-        for (int i = 0; i < 4; i++) v[i] *= up;
+        for (int i = 0; i < 4; i++) v[i] = ldexpf(v[i], e);
         qscale = ldexpf(1.f, -e);
       } else {
         const uint32_t raw = *(const uint32_t *)((const uint8_t *)p.q.q + qoff);

@@ -1,0 +1,803 @@
+/*
+ * sparse_mla.cu — sparse MLA attention forward (decode and prefill are the same call).
+ *
+ * Math, per token t and head h, over the entries i < topk of indices[t] that are valid
+ * (0 <= idx < num_slots, and i < lens[t] when lens is given):
+ *   s_i = softmax_scale * q[t,h,0:576] . k_idx[0:576]
+ *   out[t,h,0:512] = sum_i softmax(s)_i * k_idx[0:512]          (v = first 512 dims of k)
+ *   lse[t,h] = m + ln(sum_i exp(s_i - m))                        (natural log)
+ * No valid entry: out = 0, lse = -inf.
+ *
+ * Shapes: q [T, H, 576] bf16; KV rows either dense bf16 (576 values, row stride kv_stride) or
+ * packed FP8 (656 B: 512 e4m3, 4 float32 scales for groups of 128, 64 bf16 rope);
+ * out [T, H, 512] bf16; lse [T, H] float32.
+ *
+ * Work split. One CTA (8 warps) owns one (token, head group of HG = 16*MT heads, split). A split is
+ * a contiguous range of 64-entry blocks of the token's index list. Per chunk of 64 entries:
+ *   gather    the 64 selected rows into shared memory with cp.async (invalid entries: zero row);
+ *             the next chunk's gather is in flight while this one computes. bf16 rows go straight
+ *             to one of two tiles. FP8 rows land raw in a staging buffer and are unpacked into one
+ *             bf16 tile WITHOUT their scales (e4m3 -> bf16 is exact); the scales go to a small
+ *             table. Why: fp8*scale rounded to bf16 puts ~2e-3 of error on each score, which a
+ *             token with few entries sees in full in its lse (tolerance 1e-3).
+ *   S phase   S[HG x 64] = Q[HG x 576] . K^T with mma.sync m16n8k16 (bf16 in, fp32 accumulate).
+ *             Warp tile 16 heads x 32 keys x (576 / KSPLIT) dims, KSPLIT = 4 / MT; the KSPLIT
+ *             partial sums go to shared memory. FP8: each 128-dim group is accumulated apart and
+ *             added times its per-key fp32 scale. For MT = 1 the warp's Q fragments stay in
+ *             registers for the whole CTA (loaded once).
+ *   softmax   256 / HG threads per head row sum the partials, mask invalid entries to -inf, and run
+ *             the online softmax in the log2 domain (log2(e) folded into the scale); P goes to
+ *             shared memory as bf16, the per-row rescale factor alpha next to it.
+ *   PV phase  O[HG x 512] = alpha * O + P[HG x 64] . V[64 x 512] with mma.sync; warp w owns output
+ *             dims [64w, 64w + 64) for all HG rows (fp32 accumulators, 32*MT registers a thread).
+ *             FP8: those dims lie in one scale group, so the warp multiplies its P fragments by
+ *             the keys' bf16 scales (one HMUL2 a register) and V stays unscaled.
+ * One split: out = O / l and lse written directly. Several splits: each writes its unnormalised
+ * O (fp32), m (log2 domain) and l to the workspace, and a combine kernel (one warp per (t, h))
+ * merges them in split order. Everything is fixed-order: same input, same bits.
+ *
+ * Shared-memory rows of 576 bf16 (1152 B = 72 chunks of 16 B) use the XOR swizzle
+ * chunk' = chunk ^ (row & 7), so the 8 row addresses of every ldmatrix hit 8 distinct bank groups.
+ */
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <stdint.h>
+#include <math.h>
+
+#include "dsa_kernels.h"
+
+#define MLA_QK_DIM 576
+#define MLA_V_DIM 512
+#define MLA_ROW_BYTES 1152       /* one bf16 row of 576 in shared memory */
+#define MLA_ROW_CHUNKS 72        /* 16-byte chunks in that row */
+#define MLA_BLOCK_N 64           /* entries per chunk (and per split block) */
+#define MLA_THREADS 256
+#define MLA_FP8_ROW_BYTES 656
+#define MLA_FP8_ROW_CHUNKS 41    /* 656 / 16 */
+#define MLA_FP8_SCALE_OFF 512
+#define MLA_FP8_ROPE_OFF 528
+#define MLA_SROW 72              /* floats per S row in shared memory (64 + 8: conflict-free float2) */
+#define MLA_NUM_SMS 132          /* H200; the split plan uses sizes only, never a device query */
+#define MLA_LOG2E 1.4426950408889634f
+#define MLA_LN2 0.6931471805599453f
+#define MLA_NEG_INF (-INFINITY)
+
+/* ---------------------------------------------------------------------------------------------
+ * Compile-time tile configuration: MT m-tiles of 16 heads, FP8 or bf16 KV.
+ */
+template <int MT, bool FP8>
+struct mla_cfg {
+  static constexpr int HG = 16 * MT;                 /* heads per CTA (rows of the MMAs) */
+  static constexpr int KSPLIT = 4 / MT;              /* S phase: warps splitting the 576 dims */
+  static constexpr int KSTEPS = 36 / KSPLIT;         /* k-steps of 16 dims per S warp */
+  static constexpr bool Q_REGS = (MT == 1);          /* Q fragments held in registers */
+  static constexpr int ROW_THREADS = MLA_THREADS / HG;        /* softmax threads per head row */
+  static constexpr int ROW_GROUPS = MLA_BLOCK_N / 4 / ROW_THREADS; /* float4 key groups each */
+  static constexpr int NBUF = FP8 ? 1 : 2;           /* bf16 tiles (FP8 double-buffers raw rows) */
+  static constexpr int Q_BYTES = HG * MLA_ROW_BYTES;
+  static constexpr int TILE_BYTES = MLA_BLOCK_N * MLA_ROW_BYTES;
+  static constexpr int STAGE_BYTES = FP8 ? MLA_BLOCK_N * MLA_FP8_ROW_BYTES : 0;
+  static constexpr int SBUF_BYTES = KSPLIT * HG * MLA_SROW * 4;
+  static constexpr int P_BYTES = HG * MLA_BLOCK_N * 2;
+  static constexpr int IDX_BYTES = 3 * MLA_BLOCK_N * 4;
+  static constexpr int STAT_BYTES = 3 * HG * 4;
+  static constexpr int SCALE_BYTES = FP8 ? 4 * MLA_BLOCK_N * 4 + 4 * (MLA_BLOCK_N / 2) * 4 : 0;
+  static constexpr int Q_OFF = 0;
+  static constexpr int TILE_OFF = Q_OFF + Q_BYTES;
+  static constexpr int STAGE_OFF = TILE_OFF + NBUF * TILE_BYTES;
+  static constexpr int SBUF_OFF = STAGE_OFF + STAGE_BYTES;
+  static constexpr int P_OFF = SBUF_OFF + SBUF_BYTES;
+  static constexpr int IDX_OFF = P_OFF + P_BYTES;
+  static constexpr int STAT_OFF = IDX_OFF + IDX_BYTES;
+  static constexpr int SCALE_OFF = STAT_OFF + STAT_BYTES;
+  static constexpr int SMEM_BYTES = SCALE_OFF + SCALE_BYTES;
+};
+
+typedef struct {
+  const __nv_bfloat16 *q;
+  const void *kv;
+  int64_t kv_stride;          /* bf16 rows: elements */
+  int64_t num_slots;
+  const int32_t *indices;
+  int64_t indices_stride;
+  const int32_t *lens;
+  __nv_bfloat16 *out;
+  float *lse;
+  float *o_part;              /* [splits, T, H, 512] or NULL when splits == 1 */
+  float2 *ml_part;            /* [splits, T, H] (m in log2 domain, l) */
+  float scale_log2;           /* softmax_scale * log2(e) */
+  int topk;
+  int num_heads;
+  int num_tokens;             /* tokens of the whole call (workspace indexing) */
+  int64_t token_offset;       /* first token of this launch */
+  int num_groups;
+  int splits;
+  int blocks_per_split;
+  int num_blocks;
+} mla_fwd_params;
+
+/* ---------------------------------------------------------------------------------------------
+ * PTX helpers.
+ */
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16-byte async copy global -> shared; src_bytes = 0 writes zeros and reads nothing. */
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
+               "l"(__cvta_generic_to_global(src)), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit(void) {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all(void) {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+__device__ __forceinline__ void cp_async_wait_one(void) {
+  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t r[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+/* D += A(16x16, row) * B(16x8, col), bf16 in, fp32 accumulate. */
+__device__ __forceinline__ void mma_bf16_16816(float d[4], const uint32_t a[4], uint32_t b0,
+                                               uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Programmatic dependent launch: wait for the previous kernel's memory, let the next one start. */
+__device__ __forceinline__ void griddep_wait(void) {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+__device__ __forceinline__ void griddep_launch_dependents(void) {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+/* Byte offset of 16-byte chunk c of row r in a swizzled [rows][576] bf16 tile. */
+__device__ __forceinline__ uint32_t tile_off(int r, int c) {
+  return (uint32_t)(r * MLA_ROW_BYTES + ((c ^ (r & 7)) << 4));
+}
+
+/* Two fp8-e4m3 (low byte first) as a packed bf16 pair: exact (e4m3 -> f16 -> f32 -> bf16). */
+__device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t two_bytes) {
+  __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two_bytes, __NV_E4M3);
+  float2 f = __half22float2(*(const __half2 *)&h);
+  __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
+  return *(const uint32_t *)&b;
+}
+
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  __nv_bfloat162 r = __hmul2(*(const __nv_bfloat162 *)&a, *(const __nv_bfloat162 *)&b);
+  return *(const uint32_t *)&r;
+}
+
+/* Global KV slot of entry `row` of chunk `chunk` of this CTA, or -1 when the entry is skipped. */
+__device__ __forceinline__ int mla_entry_slot(const int32_t *idx_row, int begin, int end,
+                                              int chunk, int row, int64_t num_slots) {
+  const int e = begin + chunk * MLA_BLOCK_N + row;
+  if (e >= end) return -1;
+  const int idx = __ldg(idx_row + e);
+  return (idx >= 0 && (int64_t)idx < num_slots) ? idx : -1;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The attention kernel. Grid: num_groups * splits * tokens CTAs (group fastest: the CTAs of one
+ * token's head groups run side by side and share the gathered rows in L2).
+ */
+template <int MT, bool FP8>
+__global__ void __launch_bounds__(MLA_THREADS, 1) sparse_mla_fwd_kernel(const mla_fwd_params p) {
+  typedef mla_cfg<MT, FP8> C;
+  constexpr int HG = C::HG;
+  extern __shared__ __align__(128) uint8_t smem[];
+  uint8_t *stage = smem + C::STAGE_OFF;
+  float *sbuf = (float *)(smem + C::SBUF_OFF);
+  uint8_t *p_s = smem + C::P_OFF;
+  int *idx_s = (int *)(smem + C::IDX_OFF);     /* [3][64] ring: chunk c in slot c % 3 */
+  float *alpha_s = (float *)(smem + C::STAT_OFF);
+  float *row_m_s = alpha_s + HG;
+  float *row_l_s = row_m_s + HG;
+  float *kscale_s = (float *)(smem + C::SCALE_OFF);               /* FP8: [4 groups][64 keys] */
+  uint32_t *vscale_s = (uint32_t *)(kscale_s + 4 * MLA_BLOCK_N);  /* FP8: [4][32] bf16 key pairs */
+  const uint32_t q_u32 = smem_u32(smem + C::Q_OFF);
+  const uint32_t tile_u32 = smem_u32(smem + C::TILE_OFF);
+  const uint32_t stage_u32 = smem_u32(stage);
+  const uint32_t p_u32 = smem_u32(p_s);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, qd = lane & 3; /* mma fragment row / column pair */
+
+  int64_t cta = blockIdx.x;
+  const int group = (int)(cta % p.num_groups);
+  cta /= p.num_groups;
+  const int split = (int)(cta % p.splits);
+  const int64_t t = p.token_offset + cta / p.splits;
+  const int H = p.num_heads;
+  const int head0 = group * HG;
+
+  griddep_wait(); /* inputs may come from the previous kernel in the stream */
+
+  /* Entries [begin, end) of the index row belong to this CTA. */
+  const int blk0 = split * p.blocks_per_split;
+  const int blk1 = min(p.num_blocks, blk0 + p.blocks_per_split);
+  const int begin = blk0 * MLA_BLOCK_N;
+  int end = min(p.topk, blk1 * MLA_BLOCK_N);
+  if (p.lens) end = min(end, max(__ldg(p.lens + t), 0));
+  const int nchunks = end > begin ? (end - begin + MLA_BLOCK_N - 1) / MLA_BLOCK_N : 0;
+  const int32_t *idx_row = p.indices + t * p.indices_stride;
+
+  /* Slots of chunks 0 and 1 (loads first: their latency hides behind the Q copies). */
+  int slot0 = -1, slot1 = -1;
+  if (tid < MLA_BLOCK_N) {
+    slot0 = mla_entry_slot(idx_row, begin, end, 0, tid, p.num_slots);
+    slot1 = mla_entry_slot(idx_row, begin, end, 1, tid, p.num_slots);
+  }
+  /* Q tile (rows past H are zero). */
+  for (int x = tid; x < HG * MLA_ROW_CHUNKS; x += MLA_THREADS) {
+    const int r = x / MLA_ROW_CHUNKS, c = x - r * MLA_ROW_CHUNKS;
+    const int h = head0 + r;
+    const __nv_bfloat16 *src = p.q;
+    if (h < H) src = p.q + ((t * H + h) * MLA_QK_DIM + c * 8);
+    cp_async_16(q_u32 + tile_off(r, c), src, h < H ? 16 : 0);
+  }
+  cp_async_commit();
+  if (tid < MLA_BLOCK_N) {
+    idx_s[tid] = slot0;
+    idx_s[MLA_BLOCK_N + tid] = slot1;
+  }
+  __syncthreads();
+
+  /* Gather chunk `chunk` (its slots are in idx_s) into the tile (bf16) or staging (FP8) buffer. */
+  auto gather = [&](int chunk) {
+    const int *slots = idx_s + (chunk % 3) * MLA_BLOCK_N;
+    if (FP8) {
+      const uint8_t *kv = (const uint8_t *)p.kv;
+      for (int x = tid; x < MLA_BLOCK_N * MLA_FP8_ROW_CHUNKS; x += MLA_THREADS) {
+        const int r = x / MLA_FP8_ROW_CHUNKS, c = x - r * MLA_FP8_ROW_CHUNKS;
+        const int slot = slots[r];
+        const uint8_t *src = slot >= 0 ? kv + (int64_t)slot * MLA_FP8_ROW_BYTES + c * 16 : kv;
+        cp_async_16(stage_u32 + r * MLA_FP8_ROW_BYTES + c * 16, src, slot >= 0 ? 16 : 0);
+      }
+    } else {
+      const __nv_bfloat16 *kv = (const __nv_bfloat16 *)p.kv;
+      const uint32_t dst = tile_u32 + (chunk & 1) * C::TILE_BYTES;
+#pragma unroll 2
+      for (int x = tid; x < MLA_BLOCK_N * MLA_ROW_CHUNKS; x += MLA_THREADS) {
+        const int r = x / MLA_ROW_CHUNKS, c = x - r * MLA_ROW_CHUNKS;
+        const int slot = slots[r];
+        const __nv_bfloat16 *src = slot >= 0 ? kv + (int64_t)slot * p.kv_stride + c * 8 : kv;
+        cp_async_16(dst + tile_off(r, c), src, slot >= 0 ? 16 : 0);
+      }
+    }
+  };
+  if (nchunks > 0) gather(0);
+  cp_async_commit();
+
+  /* S-phase role: m-tile, key half, k range. */
+  const int s_mi = warp % MT;
+  const int s_kh = (warp / MT) & 1;
+  const int s_kq = warp / (2 * MT);
+
+  uint32_t qfrag[C::Q_REGS ? C::KSTEPS : 1][4];
+  if (C::Q_REGS) {
+    cp_async_wait_one(); /* Q has landed (chunk 0 may still be in flight) */
+    __syncthreads();
+    const int r = s_mi * 16 + (lane & 15);
+#pragma unroll
+    for (int s = 0; s < C::KSTEPS; ++s)
+      ldsm_x4(qfrag[C::Q_REGS ? s : 0], q_u32 + tile_off(r, 2 * (s_kq * C::KSTEPS + s) + (lane >> 4)));
+  }
+
+  /* Softmax role: one head row, ROW_THREADS threads per row (adjacent lanes). */
+  const int sm_row = tid / C::ROW_THREADS;
+  const int sm_part = tid % C::ROW_THREADS;
+  float m_run = MLA_NEG_INF, l_run = 0.f; /* log2 domain; l is this thread's partial sum */
+
+  float oacc[MT][8][4];
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) oacc[mi][nt][k] = 0.f;
+
+  for (int c = 0; c < nchunks; ++c) {
+    cp_async_wait_all();
+    __syncthreads(); /* chunk c landed; chunk c-1's PV phase is done with P and the tiles */
+
+    if (FP8) {
+      /* Unpack: 64 rows x 72 chunks of 8 values. The latent stays unscaled (fp8 -> bf16 is exact):
+       * S applies the group scales in fp32 (an fp8*scale rounded to bf16 would cost ~1e-3 in lse),
+       * PV folds them into P. Rope is copied. */
+#pragma unroll 2
+      for (int x = tid; x < MLA_BLOCK_N * MLA_ROW_CHUNKS; x += MLA_THREADS) {
+        const int r = x / MLA_ROW_CHUNKS, ch = x - r * MLA_ROW_CHUNKS;
+        const uint8_t *srow = stage + r * MLA_FP8_ROW_BYTES;
+        uint4 v;
+        if (ch < 64) {
+          const uint2 raw = *(const uint2 *)(srow + ch * 8);
+          v.x = fp8x2_to_bf16x2(raw.x & 0xffffu);
+          v.y = fp8x2_to_bf16x2(raw.x >> 16);
+          v.z = fp8x2_to_bf16x2(raw.y & 0xffffu);
+          v.w = fp8x2_to_bf16x2(raw.y >> 16);
+        } else {
+          v = *(const uint4 *)(srow + MLA_FP8_ROPE_OFF + (ch - 64) * 16);
+        }
+        *(uint4 *)(smem + C::TILE_OFF + tile_off(r, ch)) = v;
+      }
+      { /* scales: fp32 per (group, key) for S; bf16 pairs of adjacent keys for P */
+        const int grp = tid >> 6, r = tid & 63;
+        kscale_s[tid] = *(const float *)(stage + r * MLA_FP8_ROW_BYTES + MLA_FP8_SCALE_OFF + grp * 4);
+        if (tid < 128) {
+          const int pg = tid >> 5, pr = 2 * (tid & 31);
+          const float s0 = *(const float *)(stage + pr * MLA_FP8_ROW_BYTES + MLA_FP8_SCALE_OFF + pg * 4);
+          const float s1 = *(const float *)(stage + (pr + 1) * MLA_FP8_ROW_BYTES + MLA_FP8_SCALE_OFF + pg * 4);
+          __nv_bfloat162 b = __floats2bfloat162_rn(s0, s1);
+          vscale_s[tid] = *(const uint32_t *)&b;
+        }
+      }
+      __syncthreads(); /* tile ready, staging free */
+    }
+
+    if (c + 1 < nchunks) gather(c + 1);
+    cp_async_commit();
+    int next_slot = -1; /* chunk c+2's slot for row tid, stored after the math hides the load */
+    if (tid < MLA_BLOCK_N) next_slot = mla_entry_slot(idx_row, begin, end, c + 2, tid, p.num_slots);
+
+    const uint32_t kv_u32 = tile_u32 + (FP8 ? 0 : (c & 1) * C::TILE_BYTES);
+
+    /* ---- S phase: partial S[16 x 32] over this warp's k range ---- */
+    {
+      float sacc[4][4]; /* FP8: the current 128-dim group only; scaled sums build up in sbuf */
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) sacc[j][k] = 0.f;
+      float *sb = sbuf + (s_kq * HG + s_mi * 16 + g) * MLA_SROW + s_kh * 32 + 2 * qd;
+      bool first_group = true;
+      /* ldmatrix x4 of K rows: matrices (keys 0-7, k lo), (keys 0-7, k hi), (keys 8-15, k lo),
+       * (keys 8-15, k hi) = b0,b1 of n-tile 2j and b0,b1 of n-tile 2j+1. */
+      const int krow = s_kh * 32 + (lane & 7) + ((lane >> 4) << 3);
+      const int khi = (lane >> 3) & 1;
+      const int qrow = s_mi * 16 + (lane & 15);
+#pragma unroll(C::Q_REGS ? C::KSTEPS : 4)
+      for (int s = 0; s < C::KSTEPS; ++s) {
+        const int ks = s_kq * C::KSTEPS + s;
+        uint32_t afr[4];
+        if (C::Q_REGS) {
+#pragma unroll
+          for (int k = 0; k < 4; ++k) afr[k] = qfrag[C::Q_REGS ? s : 0][k];
+        } else {
+          ldsm_x4(afr, q_u32 + tile_off(qrow, 2 * ks + (lane >> 4)));
+        }
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          uint32_t b[4];
+          ldsm_x4(b, kv_u32 + tile_off(krow + 16 * j, 2 * ks + khi));
+          mma_bf16_16816(sacc[2 * j], afr, b[0], b[1]);
+          mma_bf16_16816(sacc[2 * j + 1], afr, b[2], b[3]);
+        }
+        /* FP8: at the end of a 128-dim group (8 k-steps) or of the warp's range, add the group's
+         * dot products times the keys' group scales (rope: k-steps 32..35, scale 1). */
+        if (FP8 && (s == C::KSTEPS - 1 || ((ks + 1) & 7) == 0)) {
+          const int grp = ks >> 3;
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            float2 sc = make_float2(1.f, 1.f);
+            if (grp < 4) sc = *(const float2 *)(kscale_s + grp * MLA_BLOCK_N + s_kh * 32 + 8 * j + 2 * qd);
+            float2 lo = make_float2(sc.x * sacc[j][0], sc.y * sacc[j][1]);
+            float2 hi = make_float2(sc.x * sacc[j][2], sc.y * sacc[j][3]);
+            if (!first_group) { /* this thread's own entries: no barrier needed */
+              const float2 plo = *(const float2 *)(sb + 8 * j);
+              const float2 phi = *(const float2 *)(sb + 8 * MLA_SROW + 8 * j);
+              lo.x += plo.x; lo.y += plo.y; hi.x += phi.x; hi.y += phi.y;
+            }
+            *(float2 *)(sb + 8 * j) = lo;
+            *(float2 *)(sb + 8 * MLA_SROW + 8 * j) = hi;
+            sacc[j][0] = sacc[j][1] = sacc[j][2] = sacc[j][3] = 0.f;
+          }
+          first_group = false;
+        }
+      }
+      if (!FP8) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          *(float2 *)(sb + 8 * j) = make_float2(sacc[j][0], sacc[j][1]);
+          *(float2 *)(sb + 8 * MLA_SROW + 8 * j) = make_float2(sacc[j][2], sacc[j][3]);
+        }
+      }
+    }
+    __syncthreads(); /* S partials complete */
+
+    /* ---- online softmax of one head row (ROW_THREADS threads, ROW_GROUPS x 4 keys each) ---- */
+    {
+      const int *valid = idx_s + (c % 3) * MLA_BLOCK_N;
+      float sv[C::ROW_GROUPS][4];
+      float mx = MLA_NEG_INF;
+#pragma unroll
+      for (int i = 0; i < C::ROW_GROUPS; ++i) {
+        const int kg = sm_part + C::ROW_THREADS * i; /* interleaved: conflict-free float4 reads */
+        float4 v = *(const float4 *)(sbuf + sm_row * MLA_SROW + 4 * kg);
+#pragma unroll
+        for (int ks = 1; ks < C::KSPLIT; ++ks) {
+          const float4 w = *(const float4 *)(sbuf + (ks * HG + sm_row) * MLA_SROW + 4 * kg);
+          v.x += w.x; v.y += w.y; v.z += w.z; v.w += w.w;
+        }
+        const int4 ok = *(const int4 *)(valid + 4 * kg);
+        sv[i][0] = ok.x >= 0 ? v.x * p.scale_log2 : MLA_NEG_INF;
+        sv[i][1] = ok.y >= 0 ? v.y * p.scale_log2 : MLA_NEG_INF;
+        sv[i][2] = ok.z >= 0 ? v.z * p.scale_log2 : MLA_NEG_INF;
+        sv[i][3] = ok.w >= 0 ? v.w * p.scale_log2 : MLA_NEG_INF;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) mx = fmaxf(mx, sv[i][k]);
+      }
+#pragma unroll
+      for (int o = C::ROW_THREADS / 2; o > 0; o >>= 1)
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float m_new = fmaxf(m_run, mx);
+      const float base = m_new == MLA_NEG_INF ? 0.f : m_new; /* all masked so far: p = 0 */
+      const float alpha = exp2f(m_run - base);
+      float lsum = 0.f;
+#pragma unroll
+      for (int i = 0; i < C::ROW_GROUPS; ++i) {
+        const int kg = sm_part + C::ROW_THREADS * i;
+        float pv[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          pv[k] = exp2f(sv[i][k] - base);
+          lsum += pv[k];
+        }
+        __nv_bfloat162 lo = __floats2bfloat162_rn(pv[0], pv[1]);
+        __nv_bfloat162 hi = __floats2bfloat162_rn(pv[2], pv[3]);
+        uint2 packed;
+        packed.x = *(const uint32_t *)&lo;
+        packed.y = *(const uint32_t *)&hi;
+        *(uint2 *)(p_s + sm_row * (MLA_BLOCK_N * 2) + (((kg >> 1) ^ (sm_row & 7)) << 4) +
+                   ((kg & 1) << 3)) = packed;
+      }
+      l_run = l_run * alpha + lsum;
+      m_run = m_new;
+      if (sm_part == 0) alpha_s[sm_row] = alpha;
+    }
+    __syncthreads(); /* P and alpha ready */
+
+    /* ---- PV phase: O[:, 64w : 64w+64] = alpha * O + P . V ---- */
+    {
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi) {
+        const float a0 = alpha_s[mi * 16 + g], a1 = alpha_s[mi * 16 + g + 8];
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          oacc[mi][nt][0] *= a0; oacc[mi][nt][1] *= a0;
+          oacc[mi][nt][2] *= a1; oacc[mi][nt][3] *= a1;
+        }
+      }
+      /* ldmatrix x4.trans of V rows (keys): matrices (keys 0-7, dims lo), (keys 8-15, dims lo),
+       * (keys 0-7, dims hi), (keys 8-15, dims hi) = b0,b1 of n-tile 2j and of n-tile 2j+1. */
+      const int vkey = (lane & 7) + (((lane >> 3) & 1) << 3);
+      const int vchunk = warp * 8 + (lane >> 4);
+      const int prow = lane & 15;
+#pragma unroll
+      for (int ks = 0; ks < MLA_BLOCK_N / 16; ++ks) {
+        uint32_t afr[MT][4];
+#pragma unroll
+        for (int mi = 0; mi < MT; ++mi) {
+          const int r = mi * 16 + prow;
+          ldsm_x4(afr[mi], p_u32 + r * (MLA_BLOCK_N * 2) + (((2 * ks + (lane >> 4)) ^ (r & 7)) << 4));
+        }
+        if (FP8) {
+          /* P' = P * scale(key, this warp's group): a0,a1 hold keys 2q,2q+1, a2,a3 keys 2q+8,2q+9 */
+          const uint32_t sc_lo = vscale_s[(warp >> 1) * 32 + ks * 8 + qd];
+          const uint32_t sc_hi = vscale_s[(warp >> 1) * 32 + ks * 8 + 4 + qd];
+#pragma unroll
+          for (int mi = 0; mi < MT; ++mi) {
+            afr[mi][0] = bf16x2_mul(afr[mi][0], sc_lo);
+            afr[mi][1] = bf16x2_mul(afr[mi][1], sc_lo);
+            afr[mi][2] = bf16x2_mul(afr[mi][2], sc_hi);
+            afr[mi][3] = bf16x2_mul(afr[mi][3], sc_hi);
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          uint32_t b[4];
+          ldsm_x4_trans(b, kv_u32 + tile_off(ks * 16 + vkey, vchunk + 2 * j));
+#pragma unroll
+          for (int mi = 0; mi < MT; ++mi) {
+            mma_bf16_16816(oacc[mi][2 * j], afr[mi], b[0], b[1]);
+            mma_bf16_16816(oacc[mi][2 * j + 1], afr[mi], b[2], b[3]);
+          }
+        }
+      }
+    }
+    if (tid < MLA_BLOCK_N) idx_s[((c + 2) % 3) * MLA_BLOCK_N + tid] = next_slot;
+  }
+
+  griddep_launch_dependents(); /* the combine kernel may start its launch */
+  cp_async_wait_all();
+
+  /* Row statistics: l summed over the row's threads in a fixed butterfly order. */
+  {
+    float l_tot = l_run;
+#pragma unroll
+    for (int o = C::ROW_THREADS / 2; o > 0; o >>= 1) l_tot += __shfl_xor_sync(0xffffffffu, l_tot, o);
+    if (sm_part == 0) {
+      row_m_s[sm_row] = m_run;
+      row_l_s[sm_row] = l_tot;
+    }
+  }
+  __syncthreads();
+
+  const int dim0 = warp * 64 + 2 * qd;
+  if (p.o_part == nullptr) {
+    /* Single split: normalise and write bf16 out (and lse). */
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int r = mi * 16 + g + 8 * hf;
+        const int h = head0 + r;
+        if (h < H) {
+          const float l = row_l_s[r];
+          const float inv = l > 0.f ? 1.f / l : 0.f;
+          __nv_bfloat16 *o = p.out + (t * H + h) * MLA_V_DIM + dim0;
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt)
+            *(__nv_bfloat162 *)(o + 8 * nt) =
+                __floats2bfloat162_rn(oacc[mi][nt][2 * hf] * inv, oacc[mi][nt][2 * hf + 1] * inv);
+        }
+      }
+    if (p.lse && tid < HG && head0 + tid < H) {
+      const float l = row_l_s[tid];
+      p.lse[t * H + head0 + tid] = l > 0.f ? (row_m_s[tid] + log2f(l)) * MLA_LN2 : MLA_NEG_INF;
+    }
+  } else {
+    /* Several splits: unnormalised fp32 O, (m, l) for the combine kernel. */
+    const int64_t prow0 = ((int64_t)split * p.num_tokens + t) * H;
+    if (nchunks > 0) { /* a split with nothing has l = 0: the combine never reads its O */
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          const int r = mi * 16 + g + 8 * hf;
+          const int h = head0 + r;
+          if (h < H) {
+            float *o = p.o_part + (prow0 + h) * MLA_V_DIM + dim0;
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt)
+              *(float2 *)(o + 8 * nt) = make_float2(oacc[mi][nt][2 * hf], oacc[mi][nt][2 * hf + 1]);
+          }
+        }
+    }
+    if (tid < HG && head0 + tid < H)
+      p.ml_part[prow0 + head0 + tid] = make_float2(row_m_s[tid], row_l_s[tid]);
+  }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Combine: one CTA of 256 threads per (token, head) row. Split s has weight w_s = exp2(m_s - M)
+ * (0 when l_s = 0: such a split may not have written its O); out = sum_s w_s O_s / sum_s w_s l_s,
+ * lse = (M + log2 L) ln 2. Thread (col, half) sums float4 column col over the splits of parity
+ * half (splits <= 32 as topk <= 2048), all 16 loads issued at once: decode latency is the cost.
+ */
+#define MLA_COMBINE_THREADS 256
+__global__ void __launch_bounds__(MLA_COMBINE_THREADS) sparse_mla_combine_kernel(
+    const float *o_part, const float2 *ml_part, int splits, int64_t rows, __nv_bfloat16 *out,
+    float *lse) {
+  __shared__ float w_s[32];
+  __shared__ float inv_l_s;
+  __shared__ float4 half_s[MLA_V_DIM / 4];
+  griddep_wait(); /* partials come from the attention kernel */
+  const int64_t r = blockIdx.x;
+  const int tid = threadIdx.x;
+  if (tid < 32) {
+    float m = MLA_NEG_INF, l = 0.f;
+    if (tid < splits) {
+      const float2 ml = ml_part[(int64_t)tid * rows + r];
+      m = ml.x;
+      l = ml.y;
+    }
+    float M = m;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    const float w = l > 0.f ? exp2f(m - M) : 0.f;
+    float L = w * l;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
+    w_s[tid] = w;
+    if (tid == 0) {
+      inv_l_s = L > 0.f ? 1.f / L : 0.f;
+      if (lse) lse[r] = L > 0.f ? (M + log2f(L)) * MLA_LN2 : MLA_NEG_INF;
+    }
+  }
+  __syncthreads();
+  const int col = tid & (MLA_V_DIM / 4 - 1), half = tid >> 7;
+  float4 v[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const int s = 2 * i + half;
+    v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (s < splits) v[i] = __ldcs((const float4 *)(o_part + ((int64_t)s * rows + r) * MLA_V_DIM) + col);
+  }
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const int s = 2 * i + half;
+    const float ws = s < splits ? w_s[s] : 0.f;
+    if (ws > 0.f) { /* a select, so garbage in an unwritten O never reaches acc */
+      acc.x += ws * v[i].x; acc.y += ws * v[i].y; acc.z += ws * v[i].z; acc.w += ws * v[i].w;
+    }
+  }
+  if (half) half_s[col] = acc;
+  __syncthreads();
+  if (!half) {
+    const float4 o = half_s[col];
+    const float inv = inv_l_s;
+    __nv_bfloat162 lo = __floats2bfloat162_rn((acc.x + o.x) * inv, (acc.y + o.y) * inv);
+    __nv_bfloat162 hi = __floats2bfloat162_rn((acc.z + o.z) * inv, (acc.w + o.w) * inv);
+    uint2 packed;
+    packed.x = *(const uint32_t *)&lo;
+    packed.y = *(const uint32_t *)&hi;
+    *(uint2 *)(out + r * MLA_V_DIM + 4 * col) = packed;
+  }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Host side: the split plan (sizes only), workspace size, launches.
+ */
+typedef struct {
+  int mt;               /* m-tiles of 16 heads per CTA: 1, 2 or 4 */
+  int groups;           /* head groups per token */
+  int num_blocks;       /* 64-entry blocks of topk */
+  int splits;
+  int blocks_per_split;
+} mla_plan;
+
+/* Heads per CTA: up to 64 with FP8 KV, 32 with bf16 KV (two bf16 tiles + 64 Q rows exceed 227 KB).
+ * Splits: only while the grid is under one wave of 132 CTAs (one resident CTA per SM: every
+ * configuration uses > 114 KB of shared memory) and at most 2 x 132 CTAs in all (bounds the
+ * workspace); among those, the fewest waves x (blocks per split + 1) (+1 for the combine). */
+static mla_plan mla_make_plan(const dsa_sparse_mla_args *a) {
+  mla_plan pl;
+  const int H = a->num_heads;
+  pl.mt = H <= 16 ? 1 : ((H <= 32 || a->kv_format != DSA_KV_FP8_PACKED) ? 2 : 4);
+  pl.groups = (H + 16 * pl.mt - 1) / (16 * pl.mt);
+  pl.num_blocks = (a->topk + MLA_BLOCK_N - 1) / MLA_BLOCK_N;
+  pl.splits = 1;
+  pl.blocks_per_split = pl.num_blocks;
+  const int64_t units = (int64_t)(a->num_tokens > 0 ? a->num_tokens : 1) * pl.groups;
+  const int64_t slots = MLA_NUM_SMS;
+  if (units >= slots) return pl;
+  int64_t best_cost = INT64_MAX;
+  for (int s = 1; s <= pl.num_blocks; ++s) {
+    const int bps = (pl.num_blocks + s - 1) / s;
+    if ((pl.num_blocks + bps - 1) / bps != s) continue; /* same plan as a smaller s */
+    if (s > 1 && units * s > 2 * slots) continue;
+    const int64_t waves = (units * s + slots - 1) / slots;
+    const int64_t cost = waves * (bps + 1) + (s > 1 ? 1 : 0);
+    if (cost < best_cost) {
+      best_cost = cost;
+      pl.splits = s;
+      pl.blocks_per_split = bps;
+    }
+  }
+  return pl;
+}
+
+extern "C" size_t dsa_sparse_mla_workspace_impl(const dsa_sparse_mla_args *a) {
+  if (a->num_tokens <= 0) return 0;
+  const mla_plan pl = mla_make_plan(a);
+  if (pl.splits <= 1) return 0;
+  /* o_part [splits, T, H, 512] fp32, then ml_part [splits, T, H] float2 */
+  return (size_t)pl.splits * (size_t)a->num_tokens * (size_t)a->num_heads *
+         (MLA_V_DIM * sizeof(float) + sizeof(float2));
+}
+
+static cudaError_t mla_launch_pdl(const void *func, unsigned grid, unsigned block, size_t smem,
+                                  cudaStream_t stream, void **args) {
+  cudaLaunchConfig_t cfg;
+  cudaLaunchAttribute attr[1];
+  cfg.gridDim = dim3(grid, 1, 1);
+  cfg.blockDim = dim3(block, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelExC(&cfg, func, args);
+}
+
+template <int MT, bool FP8>
+static cudaError_t mla_launch_fwd(mla_fwd_params prm, int64_t num_tokens, cudaStream_t stream) {
+  const void *func = (const void *)sparse_mla_fwd_kernel<MT, FP8>;
+  const int smem = mla_cfg<MT, FP8>::SMEM_BYTES;
+  cudaError_t err = cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (err != cudaSuccess) return err;
+  const int64_t per_token = (int64_t)prm.num_groups * prm.splits;
+  const int64_t max_tokens = (int64_t)0x7fffffff / per_token; /* gridDim.x limit */
+  for (int64_t t0 = 0; t0 < num_tokens; t0 += max_tokens) {
+    const int64_t nt = num_tokens - t0 < max_tokens ? num_tokens - t0 : max_tokens;
+    prm.token_offset = t0;
+    void *args[] = {&prm};
+    err = mla_launch_pdl(func, (unsigned)(nt * per_token), MLA_THREADS, smem, stream, args);
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+extern "C" int dsa_sparse_mla_launch(const dsa_sparse_mla_args *a, void *workspace,
+                                     cudaStream_t stream) {
+  if (a->num_tokens <= 0) return 0;
+  const mla_plan pl = mla_make_plan(a);
+  const bool fp8 = a->kv_format == DSA_KV_FP8_PACKED;
+
+  mla_fwd_params prm;
+  prm.q = (const __nv_bfloat16 *)a->q;
+  prm.kv = a->kv_cache;
+  prm.kv_stride = a->kv_stride;
+  prm.num_slots = a->num_slots;
+  prm.indices = a->indices;
+  prm.indices_stride = a->indices_stride;
+  prm.lens = a->lens;
+  prm.out = (__nv_bfloat16 *)a->out;
+  prm.lse = a->lse;
+  prm.o_part = nullptr;
+  prm.ml_part = nullptr;
+  const size_t rows = (size_t)a->num_tokens * (size_t)a->num_heads;
+  if (pl.splits > 1) {
+    prm.o_part = (float *)workspace;
+    prm.ml_part = (float2 *)((uint8_t *)workspace + (size_t)pl.splits * rows * MLA_V_DIM * sizeof(float));
+  }
+  prm.scale_log2 = a->softmax_scale * MLA_LOG2E;
+  prm.topk = a->topk;
+  prm.num_heads = a->num_heads;
+  prm.num_tokens = a->num_tokens;
+  prm.token_offset = 0;
+  prm.num_groups = pl.groups;
+  prm.splits = pl.splits;
+  prm.blocks_per_split = pl.blocks_per_split;
+  prm.num_blocks = pl.num_blocks;
+
+  cudaError_t err;
+  if (fp8) {
+    if (pl.mt == 1) err = mla_launch_fwd<1, true>(prm, a->num_tokens, stream);
+    else if (pl.mt == 2) err = mla_launch_fwd<2, true>(prm, a->num_tokens, stream);
+    else err = mla_launch_fwd<4, true>(prm, a->num_tokens, stream);
+  } else {
+    if (pl.mt == 1) err = mla_launch_fwd<1, false>(prm, a->num_tokens, stream);
+    else err = mla_launch_fwd<2, false>(prm, a->num_tokens, stream);
+  }
+  if (err != cudaSuccess) return (int)err;
+
+  if (pl.splits > 1) {
+    const float *o_part = prm.o_part;
+    const float2 *ml_part = prm.ml_part;
+    int splits = pl.splits;
+    int64_t nrows = (int64_t)rows;
+    __nv_bfloat16 *out = prm.out;
+    float *lse = a->lse;
+    void *args[] = {(void *)&o_part, (void *)&ml_part, (void *)&splits, (void *)&nrows,
+                    (void *)&out, (void *)&lse};
+    err = mla_launch_pdl((const void *)sparse_mla_combine_kernel, (unsigned)nrows,
+                         MLA_COMBINE_THREADS, 0, stream,
+                         args);
+    if (err != cudaSuccess) return (int)err;
+  }
+  return 0;
+}

@@ -1,0 +1,374 @@
+/*
+ * test_api.c — host API checks that need no GPU: every call rejects bad arguments with the right
+ * status and a message naming the argument, before anything is launched (the pointers here are
+ * fake and never dereferenced, so a launch would crash: a pass proves nothing was launched);
+ * workspace queries answer on any machine and stay bounded.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dsa.h"
+
+static int g_pass, g_fail;
+
+static void expect(const char *name, dsa_status got, dsa_status want, const char *needle) {
+  const char *msg = dsa_last_error();
+  int good = got == want;
+  if (good && want != DSA_OK && (!msg[0] || (needle && !strstr(msg, needle)))) good = 0;
+  if (good) {
+    g_pass++;
+  } else {
+    g_fail++;
+    printf("FAIL %s: got %d (%s), want %d (%s); message: \"%s\" (should mention \"%s\")\n", name, (int)got,
+           dsa_status_string(got), (int)want, dsa_status_string(want), msg, needle ? needle : "");
+  }
+}
+
+#define FAKE(addr) ((void *)(uintptr_t)(addr))
+
+static dsa_indexer_query good_query(void) {
+  dsa_indexer_query q;
+  memset(&q, 0, sizeof q);
+  q.q = FAKE(0x10000);
+  q.q_dtype = DSA_DTYPE_BF16;
+  q.weights = FAKE(0x20000);
+  q.weights_dtype = DSA_DTYPE_F32;
+  q.weights_stride = 32;
+  q.num_heads = 32;
+  q.head_dim = 128;
+  q.softmax_scale = 0.0156f;
+  return q;
+}
+
+static dsa_indexer_decode_args good_decode(void) {
+  dsa_indexer_decode_args a;
+  memset(&a, 0, sizeof a);
+  a.query = good_query();
+  a.cache.data = FAKE(0x30000);
+  a.cache.num_pages = 1000;
+  a.cache.page_size = 64;
+  a.seq_lens = FAKE(0x40000);
+  a.block_table = FAKE(0x50000);
+  a.block_table_stride = 64;
+  a.max_blocks_per_req = 64;
+  a.num_reqs = 4;
+  a.q_len_per_req = 1;
+  a.topk = 2048;
+  a.topk_indices = FAKE(0x60000);
+  return a;
+}
+
+static dsa_indexer_prefill_args good_prefill(void) {
+  dsa_indexer_prefill_args a;
+  memset(&a, 0, sizeof a);
+  a.query = good_query();
+  a.cache.data = FAKE(0x30000);
+  a.cache.num_pages = 1000;
+  a.cache.page_size = 64;
+  a.kv_workspace_slots = FAKE(0x40000);
+  a.num_workspace_rows = 5000;
+  a.row_starts = FAKE(0x50000);
+  a.row_ends = FAKE(0x58000);
+  a.num_tokens = 64;
+  a.topk = 2048;
+  a.topk_indices = FAKE(0x60000);
+  return a;
+}
+
+static dsa_sparse_mla_args good_mla(void) {
+  dsa_sparse_mla_args a;
+  memset(&a, 0, sizeof a);
+  a.q = FAKE(0x10000);
+  a.num_tokens = 2;
+  a.num_heads = 16;
+  a.kv_cache = FAKE(0x20000);
+  a.kv_format = DSA_KV_FP8_PACKED;
+  a.num_slots = 100000;
+  a.indices = FAKE(0x30000);
+  a.indices_stride = 2048;
+  a.topk = 2048;
+  a.softmax_scale = 0.0625f;
+  a.out = FAKE(0x40000);
+  return a;
+}
+
+static void test_decode(void) {
+  size_t bytes = 0;
+  dsa_indexer_decode_args a = good_decode();
+  expect("decode ws query ok", dsa_indexer_decode_workspace_size(&a, &bytes), DSA_OK, NULL);
+  if (bytes == 0) { g_fail++; printf("FAIL decode ws query: 0 bytes for a scoring shape\n"); } else g_pass++;
+
+  expect("decode null args", dsa_indexer_decode(NULL, FAKE(0x1000), 1 << 20, 0), DSA_ERR_NULL_POINTER, "args");
+  expect("decode ws null bytes", dsa_indexer_decode_workspace_size(&a, NULL), DSA_ERR_NULL_POINTER, "bytes");
+#define DECODE_CASE(name, field_stmt, want, needle)                                     \
+  do {                                                                                  \
+    dsa_indexer_decode_args b = good_decode();                                          \
+    field_stmt;                                                                         \
+    expect(name, dsa_indexer_decode(&b, FAKE(0x100000), (size_t)1 << 40, 0), want, needle); \
+  } while (0)
+  DECODE_CASE("decode q null", b.query.q = NULL, DSA_ERR_NULL_POINTER, "query.q");
+  DECODE_CASE("decode weights null", b.query.weights = NULL, DSA_ERR_NULL_POINTER, "query.weights");
+  DECODE_CASE("decode fp8 q without scale", b.query.q_dtype = DSA_DTYPE_FP8_E4M3, DSA_ERR_NULL_POINTER, "q_scale");
+  DECODE_CASE("decode head_dim 64", b.query.head_dim = 64, DSA_ERR_UNSUPPORTED, "head_dim");
+  DECODE_CASE("decode heads 0", b.query.num_heads = 0, DSA_ERR_INVALID_VALUE, "num_heads");
+  DECODE_CASE("decode heads 65", (b.query.num_heads = 65, b.query.weights_stride = 65), DSA_ERR_INVALID_VALUE,
+              "num_heads");
+  DECODE_CASE("decode q dtype f32", b.query.q_dtype = DSA_DTYPE_F32, DSA_ERR_UNSUPPORTED, "q_dtype");
+  DECODE_CASE("decode weights dtype fp8", b.query.weights_dtype = DSA_DTYPE_FP8_E4M3, DSA_ERR_UNSUPPORTED,
+              "weights_dtype");
+  DECODE_CASE("decode weights stride", b.query.weights_stride = 16, DSA_ERR_INVALID_VALUE, "weights_stride");
+  DECODE_CASE("decode scale nan", b.query.softmax_scale = NAN, DSA_ERR_INVALID_VALUE, "softmax_scale");
+  DECODE_CASE("decode q misaligned", b.query.q = FAKE(0x10002), DSA_ERR_MISALIGNED, "query.q");
+  DECODE_CASE("decode weights misaligned", b.query.weights = FAKE(0x20002), DSA_ERR_MISALIGNED, "weights");
+  DECODE_CASE("decode cache null", b.cache.data = NULL, DSA_ERR_NULL_POINTER, "cache.data");
+  DECODE_CASE("decode cache misaligned", b.cache.data = FAKE(0x30008), DSA_ERR_MISALIGNED, "cache.data");
+  DECODE_CASE("decode page size 0", b.cache.page_size = 0, DSA_ERR_UNSUPPORTED, "page_size");
+  DECODE_CASE("decode page size 63", b.cache.page_size = 63, DSA_ERR_UNSUPPORTED, "page_size");
+  DECODE_CASE("decode pages < 0", b.cache.num_pages = -1, DSA_ERR_INVALID_VALUE, "num_pages");
+  DECODE_CASE("decode pages overflow", b.cache.num_pages = (int64_t)1 << 30, DSA_ERR_INVALID_VALUE, "slots");
+  DECODE_CASE("decode topk 0", b.topk = 0, DSA_ERR_INVALID_VALUE, "topk");
+  DECODE_CASE("decode topk 2049", b.topk = 2049, DSA_ERR_INVALID_VALUE, "topk");
+  DECODE_CASE("decode reqs < 0", b.num_reqs = -1, DSA_ERR_INVALID_VALUE, "num_reqs");
+  DECODE_CASE("decode n 0", b.q_len_per_req = 0, DSA_ERR_INVALID_VALUE, "q_len_per_req");
+  DECODE_CASE("decode n 9", b.q_len_per_req = 9, DSA_ERR_INVALID_VALUE, "q_len_per_req");
+  DECODE_CASE("decode blocks 0", b.max_blocks_per_req = 0, DSA_ERR_INVALID_VALUE, "max_blocks_per_req");
+  DECODE_CASE("decode bt stride", b.block_table_stride = 10, DSA_ERR_INVALID_VALUE, "block_table_stride");
+  DECODE_CASE("decode seq_lens null", b.seq_lens = NULL, DSA_ERR_NULL_POINTER, "seq_lens");
+  DECODE_CASE("decode block_table null", b.block_table = NULL, DSA_ERR_NULL_POINTER, "block_table");
+  DECODE_CASE("decode out null", b.topk_indices = NULL, DSA_ERR_NULL_POINTER, "topk_indices");
+  DECODE_CASE("decode max_seq_len < 0", b.max_seq_len = -5, DSA_ERR_INVALID_VALUE, "max_seq_len");
+  DECODE_CASE("decode cap overflow", (b.max_blocks_per_req = 1 << 26, b.block_table_stride = 1 << 26),
+              DSA_ERR_INVALID_VALUE, "max_blocks_per_req");
+  {
+    dsa_indexer_decode_args b = good_decode();
+    expect("decode workspace too small", dsa_indexer_decode(&b, FAKE(0x100000), 16, 0),
+           DSA_ERR_WORKSPACE_TOO_SMALL, "workspace");
+    expect("decode workspace null", dsa_indexer_decode(&b, NULL, (size_t)1 << 40, 0), DSA_ERR_NULL_POINTER,
+           "workspace");
+    expect("decode workspace misaligned", dsa_indexer_decode(&b, FAKE(0x100010), (size_t)1 << 40, 0),
+           DSA_ERR_MISALIGNED, "workspace");
+  }
+  /* Zero requests: nothing to do, valid, and nothing launched. */
+  {
+    dsa_indexer_decode_args b = good_decode();
+    b.num_reqs = 0;
+    expect("decode zero reqs", dsa_indexer_decode(&b, NULL, 0, 0), DSA_OK, NULL);
+  }
+  /* Workspace is bounded: a batch of 4096 requests with a 1M-token block table. */
+  {
+    dsa_indexer_decode_args b = good_decode();
+    b.num_reqs = 4096;
+    b.max_blocks_per_req = 16384;
+    b.block_table_stride = 16384;
+    b.cache.num_pages = 20000;
+    expect("decode ws big", dsa_indexer_decode_workspace_size(&b, &bytes), DSA_OK, NULL);
+    if (bytes > ((size_t)1 << 30)) {
+      g_fail++;
+      printf("FAIL decode workspace unbounded: %zu bytes\n", bytes);
+    } else {
+      g_pass++;
+    }
+    /* With every L <= topk no scores are needed at all. */
+    b.max_blocks_per_req = 32;
+    size_t small = 0;
+    expect("decode ws short", dsa_indexer_decode_workspace_size(&b, &small), DSA_OK, NULL);
+    if (small >= bytes) { g_fail++; printf("FAIL short-context workspace not smaller\n"); } else g_pass++;
+  }
+  /* Scores-only entry point. */
+  {
+    dsa_indexer_decode_scores_args s;
+    memset(&s, 0, sizeof s);
+    s.decode = good_decode();
+    s.scores = FAKE(0x700000);
+    s.scores_stride = 100;
+    expect("decode scores stride", dsa_indexer_decode_scores(&s, 0), DSA_ERR_INVALID_VALUE, "scores_stride");
+    s.scores = NULL;
+    s.scores_stride = 4096;
+    expect("decode scores null", dsa_indexer_decode_scores(&s, 0), DSA_ERR_NULL_POINTER, "scores");
+    expect("decode scores args null", dsa_indexer_decode_scores(NULL, 0), DSA_ERR_NULL_POINTER, "args");
+  }
+}
+
+static void test_prefill(void) {
+  size_t bytes = 0;
+  dsa_indexer_prefill_args a = good_prefill();
+  expect("prefill ws ok", dsa_indexer_prefill_workspace_size(&a, &bytes), DSA_OK, NULL);
+#define PREFILL_CASE(name, field_stmt, want, needle)                                      \
+  do {                                                                                    \
+    dsa_indexer_prefill_args b = good_prefill();                                          \
+    field_stmt;                                                                           \
+    expect(name, dsa_indexer_prefill(&b, FAKE(0x100000), (size_t)1 << 40, 0), want, needle); \
+  } while (0)
+  PREFILL_CASE("prefill tokens < 0", b.num_tokens = -1, DSA_ERR_INVALID_VALUE, "num_tokens");
+  PREFILL_CASE("prefill rows < 0", b.num_workspace_rows = -1, DSA_ERR_INVALID_VALUE, "num_workspace_rows");
+  PREFILL_CASE("prefill rows huge", b.num_workspace_rows = (int64_t)1 << 32, DSA_ERR_INVALID_VALUE,
+               "num_workspace_rows");
+  PREFILL_CASE("prefill max_rows < 0", b.max_rows = -1, DSA_ERR_INVALID_VALUE, "max_rows");
+  PREFILL_CASE("prefill starts null", b.row_starts = NULL, DSA_ERR_NULL_POINTER, "row_starts");
+  PREFILL_CASE("prefill ends null", b.row_ends = NULL, DSA_ERR_NULL_POINTER, "row_ends");
+  PREFILL_CASE("prefill slots null", b.kv_workspace_slots = NULL, DSA_ERR_NULL_POINTER, "kv_workspace_slots");
+  PREFILL_CASE("prefill out null", b.topk_indices = NULL, DSA_ERR_NULL_POINTER, "topk_indices");
+  PREFILL_CASE("prefill topk", b.topk = -3, DSA_ERR_INVALID_VALUE, "topk");
+  PREFILL_CASE("prefill q null", b.query.q = NULL, DSA_ERR_NULL_POINTER, "query.q");
+  PREFILL_CASE("prefill cache page", b.cache.page_size = 2048, DSA_ERR_UNSUPPORTED, "page_size");
+  expect("prefill null args", dsa_indexer_prefill(NULL, NULL, 0, 0), DSA_ERR_NULL_POINTER, "args");
+  /* Bounded workspace even for 100k tokens x 1M rows. */
+  a.num_tokens = 100000;
+  a.num_workspace_rows = 1 << 20;
+  expect("prefill ws big", dsa_indexer_prefill_workspace_size(&a, &bytes), DSA_OK, NULL);
+  if (bytes > ((size_t)1 << 30)) {
+    g_fail++;
+    printf("FAIL prefill workspace unbounded: %zu\n", bytes);
+  } else {
+    g_pass++;
+  }
+}
+
+static void test_topk(void) {
+  dsa_topk_args a;
+  memset(&a, 0, sizeof a);
+  a.scores = FAKE(0x10000);
+  a.scores_stride = 1000;
+  a.num_rows = 3;
+  a.max_len = 1000;
+  a.topk = 10;
+  a.indices = FAKE(0x20000);
+  size_t bytes = 0;
+  expect("topk ws ok", dsa_topk_workspace_size(&a, &bytes), DSA_OK, NULL);
+  dsa_topk_args b = a;
+  b.scores_stride = 999;
+  expect("topk stride", dsa_topk(&b, FAKE(0x100000), bytes, 0), DSA_ERR_INVALID_VALUE, "scores_stride");
+  b = a;
+  b.indices = NULL;
+  expect("topk out null", dsa_topk(&b, FAKE(0x100000), bytes, 0), DSA_ERR_NULL_POINTER, "indices");
+  b = a;
+  b.topk = 4096;
+  expect("topk 4096", dsa_topk(&b, FAKE(0x100000), bytes, 0), DSA_ERR_INVALID_VALUE, "topk");
+  b = a;
+  b.max_len = -1;
+  expect("topk max_len", dsa_topk(&b, FAKE(0x100000), bytes, 0), DSA_ERR_INVALID_VALUE, "max_len");
+  b = a;
+  b.scores = FAKE(0x10002);
+  expect("topk misaligned", dsa_topk(&b, FAKE(0x100000), bytes, 0), DSA_ERR_MISALIGNED, "scores");
+  expect("topk ws small", dsa_topk(&a, FAKE(0x100000), bytes - 1, 0), DSA_ERR_WORKSPACE_TOO_SMALL, "workspace");
+  b = a;
+  b.num_rows = 0;
+  expect("topk zero rows", dsa_topk(&b, NULL, 0, 0), DSA_OK, NULL);
+}
+
+static void test_mla(void) {
+  size_t bytes = 0;
+  dsa_sparse_mla_args a = good_mla();
+  expect("mla ws ok", dsa_sparse_mla_workspace_size(&a, &bytes), DSA_OK, NULL);
+#define MLA_CASE(name, field_stmt, want, needle)                                         \
+  do {                                                                                   \
+    dsa_sparse_mla_args b = good_mla();                                                  \
+    field_stmt;                                                                          \
+    expect(name, dsa_sparse_mla(&b, FAKE(0x100000), (size_t)1 << 40, 0), want, needle); \
+  } while (0)
+  MLA_CASE("mla heads 0", b.num_heads = 0, DSA_ERR_INVALID_VALUE, "num_heads");
+  MLA_CASE("mla heads 129", b.num_heads = 129, DSA_ERR_INVALID_VALUE, "num_heads");
+  MLA_CASE("mla tokens < 0", b.num_tokens = -2, DSA_ERR_INVALID_VALUE, "num_tokens");
+  MLA_CASE("mla topk 0", b.topk = 0, DSA_ERR_INVALID_VALUE, "topk");
+  MLA_CASE("mla idx stride", b.indices_stride = 100, DSA_ERR_INVALID_VALUE, "indices_stride");
+  MLA_CASE("mla format", b.kv_format = (dsa_kv_format)7, DSA_ERR_UNSUPPORTED, "kv_format");
+  MLA_CASE("mla bf16 stride", (b.kv_format = DSA_KV_BF16, b.kv_stride = 500), DSA_ERR_INVALID_VALUE, "kv_stride");
+  MLA_CASE("mla bf16 stride odd", (b.kv_format = DSA_KV_BF16, b.kv_stride = 580), DSA_ERR_INVALID_VALUE,
+           "kv_stride");
+  MLA_CASE("mla slots < 0", b.num_slots = -1, DSA_ERR_INVALID_VALUE, "num_slots");
+  MLA_CASE("mla scale inf", b.softmax_scale = INFINITY, DSA_ERR_INVALID_VALUE, "softmax_scale");
+  MLA_CASE("mla q null", b.q = NULL, DSA_ERR_NULL_POINTER, "q");
+  MLA_CASE("mla kv null", b.kv_cache = NULL, DSA_ERR_NULL_POINTER, "kv_cache");
+  MLA_CASE("mla indices null", b.indices = NULL, DSA_ERR_NULL_POINTER, "indices");
+  MLA_CASE("mla out null", b.out = NULL, DSA_ERR_NULL_POINTER, "out");
+  MLA_CASE("mla q misaligned", b.q = FAKE(0x10008), DSA_ERR_MISALIGNED, "q");
+  MLA_CASE("mla out misaligned", b.out = FAKE(0x40004), DSA_ERR_MISALIGNED, "out");
+  if (bytes > 0) {
+    dsa_sparse_mla_args b = good_mla();
+    expect("mla ws small", dsa_sparse_mla(&b, FAKE(0x100000), bytes - 1, 0), DSA_ERR_WORKSPACE_TOO_SMALL,
+           "workspace");
+  }
+  /* Bounded: 1M tokens x 128 heads still asks for a bounded scratch. */
+  a.num_tokens = 1 << 20;
+  a.num_heads = 128;
+  expect("mla ws big", dsa_sparse_mla_workspace_size(&a, &bytes), DSA_OK, NULL);
+  if (bytes > ((size_t)1 << 30)) {
+    g_fail++;
+    printf("FAIL mla workspace unbounded: %zu\n", bytes);
+  } else {
+    g_pass++;
+  }
+}
+
+static void test_stores(void) {
+  dsa_index_k_store_args k;
+  memset(&k, 0, sizeof k);
+  k.k = FAKE(0x10000);
+  k.k_stride = 128;
+  k.slot_mapping = FAKE(0x20000);
+  k.num_tokens = 4;
+  k.cache = FAKE(0x30000);
+  k.num_pages = 10;
+  k.page_size = 64;
+  dsa_index_k_store_args kb = k;
+  kb.k = NULL;
+  expect("kstore k null", dsa_index_k_store(&kb, 0), DSA_ERR_NULL_POINTER, "k");
+  kb = k;
+  kb.k_stride = 100;
+  expect("kstore stride", dsa_index_k_store(&kb, 0), DSA_ERR_INVALID_VALUE, "k_stride");
+  kb = k;
+  kb.cache = NULL;
+  expect("kstore cache null", dsa_index_k_store(&kb, 0), DSA_ERR_NULL_POINTER, "cache");
+  kb = k;
+  kb.slot_mapping = FAKE(0x20004);
+  expect("kstore slots misaligned", dsa_index_k_store(&kb, 0), DSA_ERR_MISALIGNED, "slot_mapping");
+  kb = k;
+  kb.num_tokens = -1;
+  expect("kstore tokens", dsa_index_k_store(&kb, 0), DSA_ERR_INVALID_VALUE, "num_tokens");
+  expect("kstore null args", dsa_index_k_store(NULL, 0), DSA_ERR_NULL_POINTER, "args");
+
+  dsa_mla_kv_store_args m;
+  memset(&m, 0, sizeof m);
+  m.kv = FAKE(0x10000);
+  m.kv_stride = 576;
+  m.slot_mapping = FAKE(0x20000);
+  m.num_tokens = 4;
+  m.cache = FAKE(0x30000);
+  m.kv_format = DSA_KV_FP8_PACKED;
+  m.num_slots = 100;
+  dsa_mla_kv_store_args mb = m;
+  mb.kv_format = (dsa_kv_format)3;
+  expect("kvstore format", dsa_mla_kv_store(&mb, 0), DSA_ERR_UNSUPPORTED, "kv_format");
+  mb = m;
+  mb.kv_stride = 512;
+  expect("kvstore stride", dsa_mla_kv_store(&mb, 0), DSA_ERR_INVALID_VALUE, "kv_stride");
+  mb = m;
+  mb.kv_format = DSA_KV_BF16;
+  mb.cache_stride = 100;
+  expect("kvstore cache stride", dsa_mla_kv_store(&mb, 0), DSA_ERR_INVALID_VALUE, "cache_stride");
+  mb = m;
+  mb.slot_mapping = NULL;
+  expect("kvstore slots null", dsa_mla_kv_store(&mb, 0), DSA_ERR_NULL_POINTER, "slot_mapping");
+  mb = m;
+  mb.num_slots = -4;
+  expect("kvstore slots < 0", dsa_mla_kv_store(&mb, 0), DSA_ERR_INVALID_VALUE, "num_slots");
+}
+
+static void test_misc(void) {
+  if (strcmp(dsa_version(), "0.1.0") != 0) { g_fail++; printf("FAIL version %s\n", dsa_version()); } else g_pass++;
+  for (int s = 0; s <= 7; s++)
+    if (!dsa_status_string((dsa_status)s)[0]) { g_fail++; printf("FAIL status string %d\n", s); }
+  g_pass++;
+}
+
+int main(void) {
+  test_decode();
+  test_prefill();
+  test_topk();
+  test_mla();
+  test_stores();
+  test_misc();
+  printf("%d passed, %d failed\n", g_pass, g_fail);
+  return g_fail ? 1 : 0;
+}
