@@ -36,6 +36,8 @@
 #define SC_QROW 136                 /* halves per staged q row: 128 + 8 pad (272 B: conflict-free) */
 #define SC_MAX_T 16
 #define SC_SMALL_T 8
+#define SC_STAGE_BYTES (SC_TILE * (DSA_INDEX_HEAD_DIM + 4 + 4)) /* rows, scales, valid flags */
+#define SC_WARP_ROWS_BYTES (32 * DSA_INDEX_HEAD_DIM)
 
 /* ---- small PTX helpers ---- */
 static __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_bytes) {
@@ -54,14 +56,6 @@ static __device__ __forceinline__ void mma_f16_16816(float c[4], const uint32_t 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-static __device__ __forceinline__ uint4 ldg_nc_v4(const void *p) {
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
-  return r;
-}
-
 /* Per-CTA token-group state in shared memory (after the q rows). */
 typedef struct {
   int len[SC_MAX_T];
@@ -69,43 +63,58 @@ typedef struct {
   int any_negative_qscale;
 } sc_group;
 
-static size_t sc_smem_bytes(int T, int HP) {
-  return (size_t)T * HP * SC_QROW * 2 + (size_t)3 * T * HP * 4 + sizeof(sc_group);
+static __host__ __device__ size_t sc_q_bytes(int T, int HP) {
+  return ((size_t)T * HP * SC_QROW * 2 + (size_t)3 * T * HP * 4 + sizeof(sc_group) + 127) & ~(size_t)127;
+}
+static size_t sc_smem_bytes(int T, int HP, int NS) { return sc_q_bytes(T, HP) + (size_t)NS * SC_STAGE_BYTES; }
+
+/* ---- the key pipeline: each warp streams its own 32 keys of every tile through NS shared-memory
+ * stages with cp.async (zero-filled for keys outside the cache), so NS-1 tiles of loads are in
+ * flight per warp without holding registers. Stage layout per warp: 32 rows x 128 B (16-byte
+ * chunk j of row r at position j ^ 4*(r&1): the fragment reads below are conflict-free), then 32
+ * float scales, then 32 validity flags. */
+
+static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+static __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+static __device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;"); }
+template <int N>
+static __device__ __forceinline__ void cp_async_wait(void) {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }
 
-/* One warp's raw key rows for a tile: 4 rows (2 m-tiles x rows g, g+8) x 32 bytes, + scales. */
-typedef struct {
-  uint4 b[2][2][2]; /* [m][row half][64-byte half] */
-  float scale[2][2];
-  int ok[2][2];     /* key loaded from a valid slot */
-} sc_raw;
-
-static __device__ __forceinline__ void sc_load_keys(sc_raw &raw, const dsa_scores_params &p, int t0,
-                                                    int tile_x0, int lo, int hi, int lane) {
-  const int g = lane >> 2, c = lane & 3;
-  const long long page_bytes = (long long)p.cache.page_size * (DSA_INDEX_HEAD_DIM + 4);
+/* Issue the loads of this warp's 32 keys [x0, x0 + 32) into a stage. */
+static __device__ __forceinline__ void sc_issue_keys(unsigned char *stage, const dsa_scores_params &p, int t0,
+                                                     int x0, int lo, int hi, int lane) {
+  const int page_size = p.cache.page_size;
+  const long long page_bytes = (long long)page_size * (DSA_INDEX_HEAD_DIM + 4);
+  const int x = x0 + lane;
+  long long slot = -1;
+  if (x >= lo && x < hi) slot = rows_key_slot(p.rows, t0, x);
+  const uint8_t *base = p.cache.data;
+  long long row = 0;
+  if (slot >= 0) {
+    base += (slot / page_size) * page_bytes;
+    row = slot % page_size;
+  }
+  const uint32_t s_rows = (uint32_t)__cvta_generic_to_shared(stage);
+  const uint32_t s_scale = s_rows + SC_WARP_ROWS_BYTES;
+  int *s_ok = (int *)(stage + SC_WARP_ROWS_BYTES + 32 * 4);
+  s_ok[lane] = slot >= 0;
+  cp_async4(s_scale + lane * 4, base + (long long)page_size * DSA_INDEX_HEAD_DIM + row * 4, slot >= 0 ? 4 : 0);
+  const uint8_t *krow = base + row * DSA_INDEX_HEAD_DIM;
+  const int ch = lane & 7;
 #pragma unroll
-  for (int m = 0; m < 2; m++)
-#pragma unroll
-    for (int rh = 0; rh < 2; rh++) {
-      const int x = tile_x0 + m * 16 + g + 8 * rh;
-      long long slot = -1;
-      if (x >= lo && x < hi) slot = rows_key_slot(p.rows, t0, x);
-      raw.ok[m][rh] = slot >= 0;
-      if (slot >= 0) {
-        const long long page = slot / p.cache.page_size, row = slot % p.cache.page_size;
-        const uint8_t *base = p.cache.data + page * page_bytes;
-        const uint8_t *krow = base + row * DSA_INDEX_HEAD_DIM;
-        raw.b[m][rh][0] = ldg_nc_v4(krow + 16 * c);
-        raw.b[m][rh][1] = ldg_nc_v4(krow + 64 + 16 * c);
-        raw.scale[m][rh] =
-            __ldg((const float *)(base + (long long)p.cache.page_size * DSA_INDEX_HEAD_DIM + row * 4));
-      } else {
-        raw.b[m][rh][0] = make_uint4(0, 0, 0, 0);
-        raw.b[m][rh][1] = make_uint4(0, 0, 0, 0);
-        raw.scale[m][rh] = 0.f;
-      }
-    }
+  for (int j = 0; j < 8; j++) {
+    const int r = j * 4 + (lane >> 3);
+    const unsigned long long src = __shfl_sync(0xffffffffu, (unsigned long long)krow, r);
+    const int valid = __shfl_sync(0xffffffffu, (int)(slot >= 0), r);
+    const uint32_t dst = s_rows + r * DSA_INDEX_HEAD_DIM + ((ch ^ ((r & 1) << 2)) << 4);
+    cp_async16(dst, (const void *)(src + ch * 16), valid ? 16 : 0);
+  }
 }
 
 static __device__ __forceinline__ uint32_t u4_word(const uint4 &v, int w) {
@@ -116,7 +125,7 @@ static __device__ __forceinline__ uint32_t u4_word(const uint4 &v, int w) {
  * grid: x = ranges of tiles_per_cta tiles, y = token groups of T tokens.
  * Decode requires T == q_len_per_req and token_begin a multiple of it (one request per group).
  */
-template <int HP>
+template <int HP, int NS>
 __global__ void __launch_bounds__(SC_THREADS, 1)
     indexer_scores_kernel(const dsa_scores_params p, int T, int tiles_per_cta) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -125,6 +134,7 @@ __global__ void __launch_bounds__(SC_THREADS, 1)
   float *w_smem = wq_smem + T * HP;                                /* w * scale */
   float *qsc_smem = w_smem + T * HP;                               /* q scale per (t, h) */
   sc_group *grp = (sc_group *)(qsc_smem + T * HP);
+  unsigned char *kstages = smem + sc_q_bytes(T, HP); /* NS x [8 warps x stage] */
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int t0 = blockIdx.y * T;
@@ -219,32 +229,49 @@ __global__ void __launch_bounds__(SC_THREADS, 1)
   const bool qscale_nonneg = grp->any_negative_qscale == 0;
 
   const int g = lane >> 2, c = lane & 3;
-  sc_raw raw;
-  sc_load_keys(raw, p, t0, tile_begin * SC_TILE + warp * 32, lo, hi, lane);
+  unsigned char *my_stages = kstages + warp * (SC_STAGE_BYTES / SC_WARPS);
+#define SC_STAGE(i) (my_stages + ((i) % NS) * SC_STAGE_BYTES)
+#pragma unroll
+  for (int i = 0; i < NS - 1; i++) {
+    if (tile_begin + i < tile_end) sc_issue_keys(SC_STAGE(i), p, t0, (tile_begin + i) * SC_TILE + warp * 32, lo, hi, lane);
+    cp_async_commit();
+  }
   for (int tile = tile_begin; tile < tile_end; tile++) {
+    const int it = tile - tile_begin;
     const int x0 = tile * SC_TILE + warp * 32;
-    /* Convert this tile's keys to A fragments, then prefetch the next tile's raw rows. */
+    cp_async_wait<NS - 2>();
+    __syncwarp();
+    /* The stage refilled now was read in the previous iteration, before the __syncwarp. */
+    if (tile + NS - 1 < tile_end)
+      sc_issue_keys(SC_STAGE(it + NS - 1), p, t0, x0 + (NS - 1) * SC_TILE, lo, hi, lane);
+    cp_async_commit();
+    /* This tile's keys -> A fragments (e4m3 pairs -> f16 pairs). */
+    const unsigned char *st = SC_STAGE(it);
     uint32_t a[2][8][4];
     float kscale[2][2];
     int kok[2][2];
 #pragma unroll
     for (int m = 0; m < 2; m++) {
+      uint4 rb[2][2];
+#pragma unroll
+      for (int rh = 0; rh < 2; rh++) {
+        const int r = m * 16 + g + 8 * rh;
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++)
+          rb[rh][hh] = *(const uint4 *)(st + r * DSA_INDEX_HEAD_DIM + (((c + 4 * hh) ^ ((r & 1) << 2)) << 4));
+        kscale[m][rh] = ((const float *)(st + SC_WARP_ROWS_BYTES))[r];
+        kok[m][rh] = ((const int *)(st + SC_WARP_ROWS_BYTES + 32 * 4))[r];
+      }
 #pragma unroll
       for (int s = 0; s < 8; s++) {
-        const uint32_t w0 = u4_word(raw.b[m][0][s >> 2], s & 3);
-        const uint32_t w1 = u4_word(raw.b[m][1][s >> 2], s & 3);
+        const uint32_t w0 = u4_word(rb[0][s >> 2], s & 3);
+        const uint32_t w1 = u4_word(rb[1][s >> 2], s & 3);
         a[m][s][0] = e4m3x2_to_f16x2(w0 & 0xffffu);
         a[m][s][1] = e4m3x2_to_f16x2(w1 & 0xffffu);
         a[m][s][2] = e4m3x2_to_f16x2(w0 >> 16);
         a[m][s][3] = e4m3x2_to_f16x2(w1 >> 16);
       }
-#pragma unroll
-      for (int rh = 0; rh < 2; rh++) {
-        kscale[m][rh] = raw.scale[m][rh];
-        kok[m][rh] = raw.ok[m][rh];
-      }
     }
-    if (tile + 1 < tile_end) sc_load_keys(raw, p, t0, x0 + SC_TILE, lo, hi, lane);
     const bool fast = qscale_nonneg && __all_sync(0xffffffffu, kscale[0][0] >= 0.f && kscale[0][1] >= 0.f &&
                                                                   kscale[1][0] >= 0.f && kscale[1][1] >= 0.f);
 
@@ -318,30 +345,33 @@ __global__ void __launch_bounds__(SC_THREADS, 1)
   }
 }
 
+template <int HP, int NS>
+static cudaError_t sc_launch_t(const dsa_scores_params *p, dim3 grid, int T, int tpc, cudaStream_t stream) {
+  const size_t smem = sc_smem_bytes(T, HP, NS);
+  cudaError_t err = cudaFuncSetAttribute(indexer_scores_kernel<HP, NS>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  if (err != cudaSuccess) return err;
+  indexer_scores_kernel<HP, NS><<<grid, SC_THREADS, smem, stream>>>(*p, T, tpc);
+  return cudaGetLastError();
+}
+
+#define SC_SMEM_LIMIT (227 * 1024)
+
 static int sc_launch(const dsa_scores_params *p, int T, int HP, int groups, int max_x,
                      cudaStream_t stream) {
   const int total_tiles = (max_x + SC_TILE - 1) / SC_TILE;
   if (total_tiles == 0 || groups == 0) return 0;
-  /* Enough CTAs to fill 132 SMs a few times; longer ranges per CTA amortise the q staging. */
-  long long want = 132 * 4;
+  /* Enough CTAs to fill the 132 SMs (one CTA each) several times over; with a big token group the
+   * q staging is worth amortising over more tiles per CTA, so aim for fewer waves. */
+  const long long want = 132 * ((long long)T * HP >= 256 ? 2 : 8);
   int tpc = (int)(((long long)total_tiles * groups + want - 1) / want);
   if (tpc < 1) tpc = 1;
   if (tpc > 32) tpc = 32;
   const dim3 grid((total_tiles + tpc - 1) / tpc, groups);
-  const size_t smem = sc_smem_bytes(T, HP);
-  cudaError_t err;
-  if (HP == 32) {
-    err = cudaFuncSetAttribute(indexer_scores_kernel<32>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)smem);
-    if (err != cudaSuccess) return (int)err;
-    indexer_scores_kernel<32><<<grid, SC_THREADS, smem, stream>>>(*p, T, tpc);
-  } else {
-    err = cudaFuncSetAttribute(indexer_scores_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)smem);
-    if (err != cudaSuccess) return (int)err;
-    indexer_scores_kernel<64><<<grid, SC_THREADS, smem, stream>>>(*p, T, tpc);
-  }
-  return (int)cudaGetLastError();
+  /* Four stages (three tiles of loads in flight) where shared memory allows, else two. */
+  const bool deep = sc_smem_bytes(T, HP, 4) <= SC_SMEM_LIMIT;
+  if (HP == 32) return (int)(deep ? sc_launch_t<32, 4>(p, grid, T, tpc, stream) : sc_launch_t<32, 2>(p, grid, T, tpc, stream));
+  return (int)(deep ? sc_launch_t<64, 4>(p, grid, T, tpc, stream) : sc_launch_t<64, 2>(p, grid, T, tpc, stream));
 }
 
 extern "C" int dsa_indexer_scores_launch(const dsa_scores_params *p, cudaStream_t stream) {

@@ -36,15 +36,21 @@
 #define TK_RESOLVE_THREADS 512
 #define TK_SORT_ITEMS (DSA_MAX_TOPK / TK_RESOLVE_THREADS)
 
-/* Workspace: [rows][TK_BINS + 4] uint32 (histogram, n_above, n_cand) | [rows][DSA_MAX_TOPK] int32
- * above-lists | [rows][TK_CAND_CAP] uint64 candidates. */
+/* Workspace: [rows][TK_HDR] uint32 (histogram + the row's counters, zeroed by a memset) |
+ * [rows][DSA_MAX_TOPK] int32 above-lists | [rows][TK_CAND_CAP] int32 candidate positions. */
+#define TK_HDR (TK_BINS + 8)
+#define TK_N_ABOVE (TK_BINS + 0) /* entries appended to the above-list */
+#define TK_N_CAND (TK_BINS + 1)  /* entries appended to the candidate list */
+#define TK_DONE (TK_BINS + 2)    /* histogram CTAs finished */
+#define TK_B1 (TK_BINS + 3)      /* threshold bin of the first digit (set by the last CTA) */
+#define TK_ABOVE (TK_BINS + 4)   /* elements in higher bins */
 typedef struct {
-  uint32_t *hist;      /* row stride TK_BINS + 4; [TK_BINS] = n_above, [TK_BINS+1] = n_cand */
+  uint32_t *hist;      /* row stride TK_HDR */
   int32_t *above;      /* row stride DSA_MAX_TOPK */
-  uint64_t *cand;      /* row stride TK_CAND_CAP */
+  int32_t *cand;       /* row stride TK_CAND_CAP */
 } tk_ws;
 
-static size_t tk_hist_bytes(int rows) { return (size_t)rows * (TK_BINS + 4) * 4; }
+static size_t tk_hist_bytes(int rows) { return (size_t)rows * TK_HDR * 4; }
 static size_t tk_round256(size_t b) { return (b + 255) & ~(size_t)255; }
 
 static tk_ws tk_carve(void *ws, int rows) {
@@ -54,7 +60,7 @@ static tk_ws tk_carve(void *ws, int rows) {
   p += tk_round256(tk_hist_bytes(rows));
   w.above = (int32_t *)p;
   p += tk_round256((size_t)rows * DSA_MAX_TOPK * 4);
-  w.cand = (uint64_t *)p;
+  w.cand = (int32_t *)p;
   return w;
 }
 
@@ -62,7 +68,7 @@ extern "C" size_t dsa_topk_workspace_impl(int num_rows, int topk) {
   (void)topk;
   if (num_rows <= 0) return 0;
   return tk_round256(tk_hist_bytes(num_rows)) + tk_round256((size_t)num_rows * DSA_MAX_TOPK * 4) +
-         (size_t)num_rows * TK_CAND_CAP * 8;
+         (size_t)num_rows * TK_CAND_CAP * 4;
 }
 
 static __device__ __forceinline__ uint32_t score_key(float f) {
@@ -76,9 +82,37 @@ static __device__ __forceinline__ uint64_t make_comp(uint32_t key, int pos) {
   return ((uint64_t)key << 32) | (uint32_t)~(uint32_t)pos;
 }
 
+/* Exclusive prefix sum over the block (blockDim.x a multiple of 32, <= 1024) with warp shuffles;
+ * *total gets the block's sum. scratch: 32 ints of shared memory. */
+static __device__ int block_exclusive_sum(int v, int *scratch, int *total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  int x = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += y;
+  }
+  if (lane == 31) scratch[warp] = x;
+  __syncthreads();
+  if (warp == 0) {
+    int w = lane < nw ? scratch[lane] : 0;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, w, o);
+      if (lane >= o) w += y;
+    }
+    scratch[lane] = w;
+  }
+  __syncthreads();
+  const int excl = x - v + (warp ? scratch[warp - 1] : 0);
+  *total = scratch[nw - 1];
+  __syncthreads(); /* scratch may be reused right after */
+  return excl;
+}
+
 /* Find, in a histogram of nb bins, the bin holding the need-th largest element (counting from the
  * top bin). Returns the bin, and in *above the count in higher bins. All threads of the block get
- * the answer. scratch: blockDim.x + 2 ints of shared memory. */
+ * the answer. scratch: 34 ints of shared memory. */
 static __device__ int find_bin(const uint32_t *hist, int nb, int need, int *above, int *scratch) {
   const int tid = threadIdx.x, nt = blockDim.x;
   const int per = (nb + nt - 1) / nt;
@@ -86,107 +120,125 @@ static __device__ int find_bin(const uint32_t *hist, int nb, int need, int *abov
   const int hi = nb - per * tid, lo = max(0, hi - per);
   int sum = 0;
   for (int b = lo; b < hi; b++) sum += hist[b];
-  scratch[tid] = sum;
-  __syncthreads();
-  /* inclusive scan over threads (Hillis-Steele in place, nt <= 1024) */
-  for (int off = 1; off < nt; off <<= 1) {
-    const int v = tid >= off ? scratch[tid - off] : 0;
-    __syncthreads();
-    scratch[tid] += v;
-    __syncthreads();
-  }
-  const int before = scratch[tid] - sum; /* elements in bins above this thread's range */
-  __syncthreads();
+  int total;
+  const int before = block_exclusive_sum(sum, scratch, &total); /* elements in higher bins */
   if (before < need && before + sum >= need) {
     int run = before;
     for (int b = hi - 1; b >= lo; b--) {
       if (run + (int)hist[b] >= need) {
-        scratch[nt] = b;
-        scratch[nt + 1] = run;
+        scratch[32] = b;
+        scratch[33] = run;
         break;
       }
       run += hist[b];
     }
   }
   __syncthreads();
-  const int bin = scratch[nt];
-  *above = scratch[nt + 1];
+  const int bin = scratch[32];
+  *above = scratch[33];
   __syncthreads();
   return bin;
 }
 
-/* Warp-aggregated append: each lane with pred gets a unique index in [*counter, ...). */
-static __device__ __forceinline__ int warp_append(bool pred, uint32_t *counter) {
-  const unsigned mask = __ballot_sync(0xffffffffu, pred);
-  const int lane = threadIdx.x & 31;
-  int base = 0;
-  if (mask) {
-    const int leader = __ffs(mask) - 1;
-    if (lane == leader) base = (int)atomicAdd(counter, (uint32_t)__popc(mask));
-    base = __shfl_sync(0xffffffffu, base, leader);
-  }
-  return base + __popc(mask & ((1u << lane) - 1u));
-}
-
+/* Histogram of the first digit; the last CTA of a row to finish also finds the threshold bin b1
+ * once, for every filter CTA and the resolve step to read. */
 __global__ void __launch_bounds__(TK_THREADS) topk_hist_kernel(const dsa_topk_params p, tk_ws ws) {
   __shared__ uint32_t hist[TK_BINS];
-  const int row = blockIdx.y;
+  __shared__ int scratch[34];
+  __shared__ int is_last;
+  const int row = blockIdx.y, tid = threadIdx.x;
   const int L = rows_len(p.rows, row);
   const int start = blockIdx.x * TK_CHUNK;
   if (L <= p.topk || start >= L) return;
-  for (int b = threadIdx.x; b < TK_BINS; b += TK_THREADS) hist[b] = 0;
+  for (int b = tid; b < TK_BINS; b += TK_THREADS) hist[b] = 0;
   __syncthreads();
   const float *s = p.scores + (long long)row * p.scores_stride;
   const int end = min(L, start + TK_CHUNK);
-  for (int i = start + threadIdx.x; i < end; i += TK_THREADS) atomicAdd(&hist[score_key(s[i]) >> 21], 1u);
+  for (int i = start + tid; i < end; i += TK_THREADS) atomicAdd(&hist[score_key(s[i]) >> 21], 1u);
   __syncthreads();
-  uint32_t *gh = ws.hist + (size_t)row * (TK_BINS + 4);
-  for (int b = threadIdx.x; b < TK_BINS; b += TK_THREADS)
+  uint32_t *gh = ws.hist + (size_t)row * TK_HDR;
+  for (int b = tid; b < TK_BINS; b += TK_THREADS)
     if (hist[b]) atomicAdd(&gh[b], hist[b]);
-}
-
-__global__ void __launch_bounds__(TK_THREADS) topk_filter_kernel(const dsa_topk_params p, tk_ws ws) {
-  __shared__ uint32_t hist[TK_BINS];
-  __shared__ int scratch[TK_THREADS + 2];
-  const int row = blockIdx.y;
-  const int L = rows_len(p.rows, row);
-  const int start = blockIdx.x * TK_CHUNK;
-  if (L <= p.topk || start >= L) return;
-  uint32_t *gh = ws.hist + (size_t)row * (TK_BINS + 4);
-  for (int b = threadIdx.x; b < TK_BINS; b += TK_THREADS) hist[b] = gh[b];
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) is_last = atomicAdd(&gh[TK_DONE], 1u) == (uint32_t)((L + TK_CHUNK - 1) / TK_CHUNK) - 1;
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  for (int b = tid; b < TK_BINS; b += TK_THREADS) hist[b] = __ldcg(&gh[b]);
   __syncthreads();
   int above;
-  const uint32_t b1 = (uint32_t)find_bin(hist, TK_BINS, p.topk, &above, scratch);
-  const bool keep_cands = hist[b1] <= TK_CAND_CAP;
-  const float *s = p.scores + (long long)row * p.scores_stride;
-  int32_t *abv = ws.above + (size_t)row * DSA_MAX_TOPK;
-  uint64_t *cand = ws.cand + (size_t)row * TK_CAND_CAP;
-  const int end = min(L, start + TK_CHUNK);
-  /* Loop bound is warp-uniform so that every lane takes part in the ballots. */
-  for (int base = start; base < end; base += TK_THREADS) {
-    const int i = base + threadIdx.x;
-    uint32_t key = 0, d = 0;
-    if (i < end) {
-      key = score_key(s[i]);
-      d = key >> 21;
-    }
-    const bool sel = i < end && d > b1;
-    const bool cnd = keep_cands && i < end && d == b1;
-    const int ia = warp_append(sel, &gh[TK_BINS]);
-    if (sel) abv[ia] = i;
-    const int ic = warp_append(cnd, &gh[TK_BINS + 1]);
-    if (cnd) cand[ic] = make_comp(key, i);
+  const int b1 = find_bin(hist, TK_BINS, p.topk, &above, scratch);
+  if (tid == 0) {
+    gh[TK_B1] = (uint32_t)b1;
+    gh[TK_ABOVE] = (uint32_t)above;
   }
 }
 
-typedef cub::BlockRadixSort<int, TK_RESOLVE_THREADS, TK_SORT_ITEMS> tk_sort;
+/* Split a chunk by the first digit: above b1 -> selected outright, in b1 -> candidate (when the
+ * whole bin fits the candidate buffer). Appends are staged in shared memory and placed with one
+ * global atomic per list per CTA (a global atomic per warp step would serialise on round trips). */
+__global__ void __launch_bounds__(TK_THREADS) topk_filter_kernel(const dsa_topk_params p, tk_ws ws) {
+  __shared__ int s_above[DSA_MAX_TOPK];
+  __shared__ int s_cand[TK_CAND_CAP];
+  __shared__ int cnt[2], base[2];
+  const int row = blockIdx.y, tid = threadIdx.x;
+  const int L = rows_len(p.rows, row);
+  const int start = blockIdx.x * TK_CHUNK;
+  if (L <= p.topk || start >= L) return;
+  uint32_t *gh = ws.hist + (size_t)row * TK_HDR;
+  const uint32_t b1 = __ldcg(&gh[TK_B1]);
+  const bool keep_cands = __ldcg(&gh[b1]) <= TK_CAND_CAP;
+  if (tid < 2) cnt[tid] = 0;
+  __syncthreads();
+  const float *s = p.scores + (long long)row * p.scores_stride;
+  const int end = min(L, start + TK_CHUNK);
+  const int lane = tid & 31;
+  for (int i0 = start; i0 < end; i0 += TK_THREADS * 8) {
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      const int i = i0 + j * TK_THREADS + tid;
+      v[j] = i < end ? s[i] : 0.f;
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      const int i = i0 + j * TK_THREADS + tid;
+      const uint32_t d = score_key(v[j]) >> 21;
+      const bool sel = i < end && d > b1, cnd = keep_cands && i < end && d == b1;
+      const unsigned ms = __ballot_sync(0xffffffffu, sel), mc = __ballot_sync(0xffffffffu, cnd);
+      int bs = 0, bc = 0;
+      if (lane == 0) {
+        if (ms) bs = atomicAdd(&cnt[0], __popc(ms));
+        if (mc) bc = atomicAdd(&cnt[1], __popc(mc));
+      }
+      bs = __shfl_sync(0xffffffffu, bs, 0);
+      bc = __shfl_sync(0xffffffffu, bc, 0);
+      const unsigned below = (1u << lane) - 1u;
+      if (sel) s_above[bs + __popc(ms & below)] = i;
+      if (cnd) s_cand[bc + __popc(mc & below)] = i;
+    }
+  }
+  __syncthreads();
+  if (tid == 0) {
+    base[0] = cnt[0] ? (int)atomicAdd(&gh[TK_N_ABOVE], (uint32_t)cnt[0]) : 0;
+    base[1] = cnt[1] ? (int)atomicAdd(&gh[TK_N_CAND], (uint32_t)cnt[1]) : 0;
+  }
+  __syncthreads();
+  int32_t *abv = ws.above + (size_t)row * DSA_MAX_TOPK + base[0];
+  int32_t *cand = ws.cand + (size_t)row * TK_CAND_CAP + base[1];
+  for (int j = tid; j < cnt[0]; j += TK_THREADS) abv[j] = s_above[j];
+  for (int j = tid; j < cnt[1]; j += TK_THREADS) cand[j] = s_cand[j];
+}
+
+typedef cub::BlockRadixSort<unsigned, TK_RESOLVE_THREADS, TK_SORT_ITEMS> tk_sort;
 
 __global__ void __launch_bounds__(TK_RESOLVE_THREADS) topk_resolve_kernel(const dsa_topk_params p, tk_ws ws) {
   extern __shared__ __align__(16) unsigned char smem[];
   uint64_t *cs = (uint64_t *)smem;                               /* [TK_CAND_CAP] candidates */
   uint32_t *hist = (uint32_t *)(cs + TK_CAND_CAP);               /* [TK_BINS] */
-  int *scratch = (int *)(hist + TK_BINS);                        /* [threads + 4] */
-  int *sel = scratch + TK_RESOLVE_THREADS + 4;                   /* [DSA_MAX_TOPK] */
+  int *scratch = (int *)(hist + TK_BINS);                        /* [36] */
+  int *sel = scratch + 36;                                       /* [DSA_MAX_TOPK] */
   typename tk_sort::TempStorage *sort_tmp = (typename tk_sort::TempStorage *)(sel + DSA_MAX_TOPK);
 
   const int row = blockIdx.x, tid = threadIdx.x;
@@ -199,18 +251,19 @@ __global__ void __launch_bounds__(TK_RESOLVE_THREADS) topk_resolve_kernel(const 
     return;
   }
 
-  /* Threshold bin of the first digit again (same answer as every filter CTA). */
-  uint32_t *gh = ws.hist + (size_t)row * (TK_BINS + 4);
-  for (int b = tid; b < TK_BINS; b += TK_RESOLVE_THREADS) hist[b] = gh[b];
-  __syncthreads();
-  int above;
-  const uint32_t b1 = (uint32_t)find_bin(hist, TK_BINS, p.topk, &above, scratch);
-  const int n_in_bin = (int)hist[b1];
+  /* Threshold of the first digit, found once by the histogram step. */
+  const uint32_t *gh = ws.hist + (size_t)row * TK_HDR;
+  const uint32_t b1 = gh[TK_B1];
+  const int above = (int)gh[TK_ABOVE];
+  const int n_in_bin = (int)gh[b1];
   const bool in_smem = n_in_bin <= TK_CAND_CAP;
   const float *s = p.scores + (long long)row * p.scores_stride;
   const int32_t *abv = ws.above + (size_t)row * DSA_MAX_TOPK;
   if (in_smem)
-    for (int i = tid; i < n_in_bin; i += TK_RESOLVE_THREADS) cs[i] = ws.cand[(size_t)row * TK_CAND_CAP + i];
+    for (int i = tid; i < n_in_bin; i += TK_RESOLVE_THREADS) {
+      const int pos = ws.cand[(size_t)row * TK_CAND_CAP + i];
+      cs[i] = make_comp(score_key(s[pos]), pos);
+    }
   const int n_src = in_smem ? n_in_bin : L;
   __syncthreads();
 
@@ -263,23 +316,25 @@ __global__ void __launch_bounds__(TK_RESOLVE_THREADS) topk_resolve_kernel(const 
     }
   }
   __syncthreads();
-  /* Deterministic order: ascending position. */
-  int items[TK_SORT_ITEMS];
+  /* Deterministic order: ascending position. Positions are < L < 2^pos_bits; the pad sorts last. */
+  const int pos_bits = 32 - __clz(L);
+  const unsigned pad = (1u << pos_bits) - 1u;
+  unsigned items[TK_SORT_ITEMS];
 #pragma unroll
   for (int j = 0; j < TK_SORT_ITEMS; j++) {
     const int i = tid * TK_SORT_ITEMS + j;
-    items[j] = i < k ? sel[i] : 0x7fffffff;
+    items[j] = i < k ? (unsigned)sel[i] : pad;
   }
-  tk_sort(*sort_tmp).Sort(items);
+  tk_sort(*sort_tmp).Sort(items, 0, pos_bits);
 #pragma unroll
   for (int j = 0; j < TK_SORT_ITEMS; j++) {
     const int i = tid * TK_SORT_ITEMS + j;
-    if (i < p.topk) out[i] = i < k ? rows_output(p.rows, row, items[j]) : -1;
+    if (i < p.topk) out[i] = i < k ? rows_output(p.rows, row, (int)items[j]) : -1;
   }
 }
 
 static size_t tk_resolve_smem(void) {
-  return (size_t)TK_CAND_CAP * 8 + TK_BINS * 4 + (TK_RESOLVE_THREADS + 4) * 4 + DSA_MAX_TOPK * 4 +
+  return (size_t)TK_CAND_CAP * 8 + TK_BINS * 4 + 36 * 4 + DSA_MAX_TOPK * 4 +
          sizeof(typename tk_sort::TempStorage) + 16;
 }
 
