@@ -95,17 +95,14 @@ static __device__ __forceinline__ void sc_issue_keys(unsigned char *stage, const
   long long slot = -1;
   if (x >= lo && x < hi) slot = rows_key_slot(p.rows, t0, x);
   const uint8_t *base = p.cache.data;
-  long long row = 0;
-  if (slot >= 0) {
-    base += (slot / page_size) * page_bytes;
-    row = slot % page_size;
-  }
+  int row = 0;
+  if (slot >= 0) base += (long long)div_page((int)slot, page_size, &row) * page_bytes; /* slots < 2^31 */
   const uint32_t s_rows = (uint32_t)__cvta_generic_to_shared(stage);
   const uint32_t s_scale = s_rows + SC_WARP_ROWS_BYTES;
   int *s_ok = (int *)(stage + SC_WARP_ROWS_BYTES + 32 * 4);
   s_ok[lane] = slot >= 0;
   cp_async4(s_scale + lane * 4, base + (long long)page_size * DSA_INDEX_HEAD_DIM + row * 4, slot >= 0 ? 4 : 0);
-  const uint8_t *krow = base + row * DSA_INDEX_HEAD_DIM;
+  const uint8_t *krow = base + (long long)row * DSA_INDEX_HEAD_DIM;
   const int ch = lane & 7;
 #pragma unroll
   for (int j = 0; j < 8; j++) {
@@ -125,8 +122,8 @@ static __device__ __forceinline__ uint32_t u4_word(const uint4 &v, int w) {
  * grid: x = ranges of tiles_per_cta tiles, y = token groups of T tokens.
  * Decode requires T == q_len_per_req and token_begin a multiple of it (one request per group).
  */
-template <int HP, int NS>
-__global__ void __launch_bounds__(SC_THREADS, 1)
+template <int HP, int NS, bool ONE>
+__global__ void __launch_bounds__(SC_THREADS, ONE ? 2 : 1)
     indexer_scores_kernel(const dsa_scores_params p, int T, int tiles_per_cta) {
   extern __shared__ __align__(16) unsigned char smem[];
   __half *qs_smem = (__half *)smem;                                /* [T][HP][SC_QROW] */
@@ -247,11 +244,22 @@ __global__ void __launch_bounds__(SC_THREADS, 1)
     cp_async_commit();
     /* This tile's keys -> A fragments (e4m3 pairs -> f16 pairs). */
     const unsigned char *st = SC_STAGE(it);
-    uint32_t a[2][8][4];
+    /* With one token (ONE) nothing is reused across tokens: fragments are converted as the MMAs
+     * need them, which frees the registers of a[] for two CTAs per SM. */
+    uint32_t a[ONE ? 1 : 2][8][4];
     float kscale[2][2];
     int kok[2][2];
 #pragma unroll
     for (int m = 0; m < 2; m++) {
+#pragma unroll
+      for (int rh = 0; rh < 2; rh++) {
+        const int r = m * 16 + g + 8 * rh;
+        kscale[m][rh] = ((const float *)(st + SC_WARP_ROWS_BYTES))[r];
+        kok[m][rh] = ((const int *)(st + SC_WARP_ROWS_BYTES + 32 * 4))[r];
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < (ONE ? 0 : 2); m++) {
       uint4 rb[2][2];
 #pragma unroll
       for (int rh = 0; rh < 2; rh++) {
@@ -259,8 +267,6 @@ __global__ void __launch_bounds__(SC_THREADS, 1)
 #pragma unroll
         for (int hh = 0; hh < 2; hh++)
           rb[rh][hh] = *(const uint4 *)(st + r * DSA_INDEX_HEAD_DIM + (((c + 4 * hh) ^ ((r & 1) << 2)) << 4));
-        kscale[m][rh] = ((const float *)(st + SC_WARP_ROWS_BYTES))[r];
-        kok[m][rh] = ((const int *)(st + SC_WARP_ROWS_BYTES + 32 * 4))[r];
       }
 #pragma unroll
       for (int s = 0; s < 8; s++) {
@@ -293,13 +299,39 @@ __global__ void __launch_bounds__(SC_THREADS, 1)
         const __half *qrow = qs_smem + ((size_t)ti * HP + hg * 32 + g) * SC_QROW + 16 * c;
 #pragma unroll
         for (int sp = 0; sp < 4; sp++) {
+          if constexpr (ONE) {
+            /* k-steps 2sp, 2sp+1 of both m-tiles: one 8-byte read per row. */
+            uint32_t a0[2][4], a1[2][4];
 #pragma unroll
-          for (int n = 0; n < 4; n++) {
-            const uint4 b = *(const uint4 *)(qrow + n * 8 * SC_QROW + 64 * (sp >> 1) + 8 * (sp & 1));
+            for (int m = 0; m < 2; m++)
 #pragma unroll
-            for (int m = 0; m < 2; m++) {
-              mma_f16_16816(acc[m][n], a[m][2 * sp], b.x, b.y);
-              mma_f16_16816(acc[m][n], a[m][2 * sp + 1], b.z, b.w);
+              for (int rh = 0; rh < 2; rh++) {
+                const int r = m * 16 + g + 8 * rh;
+                const uint2 w = *(const uint2 *)(st + r * DSA_INDEX_HEAD_DIM +
+                                                 (((c + 4 * (sp >> 1)) ^ ((r & 1) << 2)) << 4) + 8 * (sp & 1));
+                a0[m][rh] = e4m3x2_to_f16x2(w.x & 0xffffu);
+                a0[m][2 + rh] = e4m3x2_to_f16x2(w.x >> 16);
+                a1[m][rh] = e4m3x2_to_f16x2(w.y & 0xffffu);
+                a1[m][2 + rh] = e4m3x2_to_f16x2(w.y >> 16);
+              }
+#pragma unroll
+            for (int n = 0; n < 4; n++) {
+              const uint4 b = *(const uint4 *)(qrow + n * 8 * SC_QROW + 64 * (sp >> 1) + 8 * (sp & 1));
+#pragma unroll
+              for (int m = 0; m < 2; m++) {
+                mma_f16_16816(acc[m][n], a0[m], b.x, b.y);
+                mma_f16_16816(acc[m][n], a1[m], b.z, b.w);
+              }
+            }
+          } else {
+#pragma unroll
+            for (int n = 0; n < 4; n++) {
+              const uint4 b = *(const uint4 *)(qrow + n * 8 * SC_QROW + 64 * (sp >> 1) + 8 * (sp & 1));
+#pragma unroll
+              for (int m = 0; m < 2; m++) {
+                mma_f16_16816(acc[m][n], a[m][2 * sp], b.x, b.y);
+                mma_f16_16816(acc[m][n], a[m][2 * sp + 1], b.z, b.w);
+              }
             }
           }
         }
@@ -345,13 +377,13 @@ __global__ void __launch_bounds__(SC_THREADS, 1)
   }
 }
 
-template <int HP, int NS>
+template <int HP, int NS, bool ONE>
 static cudaError_t sc_launch_t(const dsa_scores_params *p, dim3 grid, int T, int tpc, cudaStream_t stream) {
   const size_t smem = sc_smem_bytes(T, HP, NS);
-  cudaError_t err = cudaFuncSetAttribute(indexer_scores_kernel<HP, NS>,
+  cudaError_t err = cudaFuncSetAttribute(indexer_scores_kernel<HP, NS, ONE>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (err != cudaSuccess) return err;
-  indexer_scores_kernel<HP, NS><<<grid, SC_THREADS, smem, stream>>>(*p, T, tpc);
+  indexer_scores_kernel<HP, NS, ONE><<<grid, SC_THREADS, smem, stream>>>(*p, T, tpc);
   return cudaGetLastError();
 }
 
@@ -361,17 +393,27 @@ static int sc_launch(const dsa_scores_params *p, int T, int HP, int groups, int 
                      cudaStream_t stream) {
   const int total_tiles = (max_x + SC_TILE - 1) / SC_TILE;
   if (total_tiles == 0 || groups == 0) return 0;
-  /* Enough CTAs to fill the 132 SMs (one CTA each) several times over; with a big token group the
-   * q staging is worth amortising over more tiles per CTA, so aim for fewer waves. */
+  /* Enough CTAs to fill the 132 SMs several times over; with a big token group the q staging is
+   * worth amortising over more tiles per CTA, so aim for fewer waves. */
   const long long want = 132 * ((long long)T * HP >= 256 ? 2 : 8);
   int tpc = (int)(((long long)total_tiles * groups + want - 1) / want);
   if (tpc < 1) tpc = 1;
   if (tpc > 32) tpc = 32;
   const dim3 grid((total_tiles + tpc - 1) / tpc, groups);
-  /* Four stages (three tiles of loads in flight) where shared memory allows, else two. */
-  const bool deep = sc_smem_bytes(T, HP, 4) <= SC_SMEM_LIMIT;
-  if (HP == 32) return (int)(deep ? sc_launch_t<32, 4>(p, grid, T, tpc, stream) : sc_launch_t<32, 2>(p, grid, T, tpc, stream));
-  return (int)(deep ? sc_launch_t<64, 4>(p, grid, T, tpc, stream) : sc_launch_t<64, 2>(p, grid, T, tpc, stream));
+  cudaError_t err;
+  if (T == 1 && HP == 32) {
+    /* Decode without MTP: two CTAs per SM, three stages each. (64 heads would spill at the
+     * 128-register cap, so they take the general path.) */
+    err = sc_launch_t<32, 3, true>(p, grid, T, tpc, stream);
+  } else {
+    /* Four stages (three tiles of loads in flight) where shared memory allows, else two. */
+    const bool deep = sc_smem_bytes(T, HP, 4) <= SC_SMEM_LIMIT;
+    if (HP == 32)
+      err = deep ? sc_launch_t<32, 4, false>(p, grid, T, tpc, stream) : sc_launch_t<32, 2, false>(p, grid, T, tpc, stream);
+    else
+      err = deep ? sc_launch_t<64, 4, false>(p, grid, T, tpc, stream) : sc_launch_t<64, 2, false>(p, grid, T, tpc, stream);
+  }
+  return (int)err;
 }
 
 extern "C" int dsa_indexer_scores_launch(const dsa_scores_params *p, cudaStream_t stream) {

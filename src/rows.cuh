@@ -8,6 +8,18 @@
 #pragma once
 #include "dsa_kernels.h"
 
+/* v / P and v % P for v >= 0: a shift and a mask when P is a power of two (the usual 64), since
+ * integer division is a long instruction sequence on the GPU. */
+static __device__ __forceinline__ int div_page(int v, int P, int *rem) {
+  if ((P & (P - 1)) == 0) {
+    *rem = v & (P - 1);
+    return v >> (__ffs(P) - 1);
+  }
+  const int q = v / P;
+  *rem = v - q * P;
+  return q;
+}
+
 /* Visible length of launch-token t (relative to rows.token_begin). */
 static __device__ __forceinline__ int rows_len(const dsa_rows &r, int t) {
   const int ta = r.token_begin + t;
@@ -46,9 +58,11 @@ static __device__ __forceinline__ int rows_begin(const dsa_rows &r, int t) {
 static __device__ __forceinline__ long long rows_key_slot(const dsa_rows &r, int t, int x) {
   if (r.mode == DSA_ROWS_DECODE) {
     const int req = (r.token_begin + t) / r.q_len_per_req;
-    const int page = r.block_table[(long long)req * r.block_table_stride + x / r.page_size];
+    int in_page;
+    const int col = div_page(x, r.page_size, &in_page);
+    const int page = r.block_table[(long long)req * r.block_table_stride + col];
     if (page < 0 || page >= r.num_pages) return -1;
-    return (long long)page * r.page_size + x % r.page_size;
+    return (long long)page * r.page_size + in_page;
   }
   if (r.mode == DSA_ROWS_PREFILL) {
     const long long s = r.ws_slots[x];
