@@ -14,9 +14,9 @@
 #include "dsa_kernels.h"
 
 /* Score scratch per launch is capped at this many float32 elements (256 MiB); longer inputs run
- * as several chunks of tokens. Top-k scratch is per row (~80 KiB), so rows per launch are capped. */
+ * as several chunks of tokens. Top-k scratch is per row (~140 KiB), so rows per launch are capped. */
 #define DSA_SCORE_CAP_ELEMS ((int64_t)64 * 1024 * 1024)
-#define DSA_TOPK_ROWS_PER_LAUNCH 512
+#define DSA_TOPK_ROWS_PER_LAUNCH 256
 #define DSA_SCORE_TOKENS_PER_LAUNCH 32760 /* grid.y bound, a multiple of 1..8 */
 
 static _Thread_local char g_msg[512];

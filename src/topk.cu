@@ -32,8 +32,9 @@
 #define TK_BINS 2048
 #define TK_CHUNK 8192
 #define TK_THREADS 256
-#define TK_CAND_CAP 8192
-#define TK_RESOLVE_THREADS 512
+#define TK_CAND_CAP 32768  /* candidates kept per row (positions, in the workspace) */
+#define TK_CAND_SMEM 8192  /* candidates the resolve step holds in shared memory */
+#define TK_RESOLVE_THREADS 256
 #define TK_SORT_ITEMS (DSA_MAX_TOPK / TK_RESOLVE_THREADS)
 
 /* Workspace: [rows][TK_HDR] uint32 (histogram + the row's counters, zeroed by a memset) |
@@ -180,7 +181,7 @@ __global__ void __launch_bounds__(TK_THREADS) topk_hist_kernel(const dsa_topk_pa
  * global atomic per list per CTA (a global atomic per warp step would serialise on round trips). */
 __global__ void __launch_bounds__(TK_THREADS) topk_filter_kernel(const dsa_topk_params p, tk_ws ws) {
   __shared__ int s_above[DSA_MAX_TOPK];
-  __shared__ int s_cand[TK_CAND_CAP];
+  __shared__ int s_cand[TK_CHUNK];
   __shared__ int cnt[2], base[2];
   const int row = blockIdx.y, tid = threadIdx.x;
   const int L = rows_len(p.rows, row);
@@ -231,12 +232,21 @@ __global__ void __launch_bounds__(TK_THREADS) topk_filter_kernel(const dsa_topk_
   for (int j = tid; j < cnt[1]; j += TK_THREADS) cand[j] = s_cand[j];
 }
 
+/* Candidate i of the resolve step as a composite (mode 2: position i of the row, whatever its bin;
+ * callers compare the top bits against b1). */
+static __device__ __forceinline__ uint64_t tk_source(int mode, int i, const uint64_t *cs, const int32_t *cand,
+                                                     const float *s) {
+  if (mode == 0) return cs[i];
+  const int pos = mode == 1 ? cand[i] : i;
+  return make_comp(score_key(s[pos]), pos);
+}
+
 typedef cub::BlockRadixSort<unsigned, TK_RESOLVE_THREADS, TK_SORT_ITEMS> tk_sort;
 
 __global__ void __launch_bounds__(TK_RESOLVE_THREADS) topk_resolve_kernel(const dsa_topk_params p, tk_ws ws) {
   extern __shared__ __align__(16) unsigned char smem[];
-  uint64_t *cs = (uint64_t *)smem;                               /* [TK_CAND_CAP] candidates */
-  uint32_t *hist = (uint32_t *)(cs + TK_CAND_CAP);               /* [TK_BINS] */
+  uint64_t *cs = (uint64_t *)smem;                               /* [TK_CAND_SMEM] candidates */
+  uint32_t *hist = (uint32_t *)(cs + TK_CAND_SMEM);              /* [TK_BINS] */
   int *scratch = (int *)(hist + TK_BINS);                        /* [36] */
   int *sel = scratch + 36;                                       /* [DSA_MAX_TOPK] */
   typename tk_sort::TempStorage *sort_tmp = (typename tk_sort::TempStorage *)(sel + DSA_MAX_TOPK);
@@ -256,15 +266,18 @@ __global__ void __launch_bounds__(TK_RESOLVE_THREADS) topk_resolve_kernel(const 
   const uint32_t b1 = gh[TK_B1];
   const int above = (int)gh[TK_ABOVE];
   const int n_in_bin = (int)gh[b1];
-  const bool in_smem = n_in_bin <= TK_CAND_CAP;
+  /* Where the candidates (the elements of bin b1) are read from in each pass: shared memory when
+   * they fit, the workspace list when the bin fit the list, else the whole row (slow, exact). */
+  const int src_mode = n_in_bin <= TK_CAND_SMEM ? 0 : n_in_bin <= TK_CAND_CAP ? 1 : 2;
   const float *s = p.scores + (long long)row * p.scores_stride;
   const int32_t *abv = ws.above + (size_t)row * DSA_MAX_TOPK;
-  if (in_smem)
+  const int32_t *cand = ws.cand + (size_t)row * TK_CAND_CAP;
+  if (src_mode == 0)
     for (int i = tid; i < n_in_bin; i += TK_RESOLVE_THREADS) {
-      const int pos = ws.cand[(size_t)row * TK_CAND_CAP + i];
+      const int pos = cand[i];
       cs[i] = make_comp(score_key(s[pos]), pos);
     }
-  const int n_src = in_smem ? n_in_bin : L;
+  const int n_src = src_mode == 2 ? L : n_in_bin;
   __syncthreads();
 
   /* Radix passes over the remaining 53 composite bits until the last bin holds exactly `need`. */
@@ -278,12 +291,7 @@ __global__ void __launch_bounds__(TK_RESOLVE_THREADS) topk_resolve_kernel(const 
     for (int b = tid; b < nb; b += TK_RESOLVE_THREADS) hist[b] = 0;
     __syncthreads();
     for (int i = tid; i < n_src; i += TK_RESOLVE_THREADS) {
-      uint64_t c;
-      if (in_smem) {
-        c = cs[i];
-      } else {
-        c = make_comp(score_key(s[i]), i);
-      }
+      const uint64_t c = tk_source(src_mode, i, cs, cand, s);
       if ((c >> shift) == (prefix >> shift)) atomicAdd(&hist[(c >> nsh) & (nb - 1)], 1u);
     }
     __syncthreads();
@@ -302,15 +310,8 @@ __global__ void __launch_bounds__(TK_RESOLVE_THREADS) topk_resolve_kernel(const 
   __syncthreads();
   for (int i = tid; i < above; i += TK_RESOLVE_THREADS) sel[i] = abv[i];
   for (int i = tid; i < n_src; i += TK_RESOLVE_THREADS) {
-    uint64_t c;
-    if (in_smem) {
-      c = cs[i];
-    } else {
-      const uint32_t key = score_key(s[i]);
-      if ((key >> 21) != b1) continue;
-      c = make_comp(key, i);
-    }
-    if (c >= prefix) {
+    const uint64_t c = tk_source(src_mode, i, cs, cand, s);
+    if ((c >> 53) == b1 && c >= prefix) {
       const int j = atomicAdd(&scratch[0], 1);
       if (above + j < DSA_MAX_TOPK) sel[above + j] = (int)~(uint32_t)c;
     }
@@ -334,7 +335,7 @@ __global__ void __launch_bounds__(TK_RESOLVE_THREADS) topk_resolve_kernel(const 
 }
 
 static size_t tk_resolve_smem(void) {
-  return (size_t)TK_CAND_CAP * 8 + TK_BINS * 4 + 36 * 4 + DSA_MAX_TOPK * 4 +
+  return (size_t)TK_CAND_SMEM * 8 + TK_BINS * 4 + 36 * 4 + DSA_MAX_TOPK * 4 +
          sizeof(typename tk_sort::TempStorage) + 16;
 }
 

@@ -1141,9 +1141,11 @@ static void prefill_case_run(const void *arg) {
 /* Plain top-k                                                                                     */
 /* ============================================================================================== */
 
-enum { R_RANDOM, R_NEG, R_EQUAL, R_FEW, R_NAN_INF, R_MOSTLY_NAN, R_ALL_NAN, R_NUM_KINDS };
+/* R_NARROW: every value in [1, 1.125) on a 2^-20 grid — one first-digit bin of the radix select holds
+ * the whole row (exercises the candidate list in the workspace and the whole-row fallback), with ties. */
+enum { R_RANDOM, R_NEG, R_EQUAL, R_FEW, R_NAN_INF, R_MOSTLY_NAN, R_ALL_NAN, R_NARROW, R_NUM_KINDS };
 static const char *const k_row_kind_name[R_NUM_KINDS] = {"random", "negative", "all-equal", "few-values",
-                                                         "NaN/-inf", "mostly-NaN", "all-NaN"};
+                                                         "NaN/-inf", "mostly-NaN", "all-NaN", "narrow"};
 
 typedef struct {
   const char *name;
@@ -1192,6 +1194,7 @@ static void fill_score_row(float *row, int n, int kind) {
         break;
       }
       case R_ALL_NAN: v = rng_nan(); break;
+      case R_NARROW: v = 1.0f + (float)rng_below(1 << 17) * (1.0f / (1 << 20)); break;
       default: break;
     }
     row[i] = v;
@@ -2068,6 +2071,8 @@ static const topk_case k_topk_cases[] = {
      .kind = {R_FEW, R_EQUAL, R_FEW, R_FEW, R_NAN_INF, R_MOSTLY_NAN, R_ALL_NAN, R_EQUAL}, .seed = 303},
     {.name = "topk 2048: long rows (300000, 250001 of few values)", .num_rows = 2, .max_len = 300000, .topk = 2048,
      .len = {300000, 250001}, .kind = {R_RANDOM, R_FEW}, .seed = 304},
+    {.name = "topk 2048: one crowded radix bin (20000 and 100000 rows in [1, 1.125))", .num_rows = 2,
+     .max_len = 100000, .topk = 2048, .len = {20000, 100000}, .kind = {R_NARROW, R_NARROW}, .seed = 306},
     {.name = "topk 37: 300 rows, random lengths and kinds", .num_rows = 300, .max_len = 1500, .topk = 37,
      .stride_extra = 1, .rand_rows = 1, .seed = 305},
 };
