@@ -35,6 +35,7 @@
 #define TK_CAND_CAP 32768  /* candidates kept per row (positions, in the workspace) */
 #define TK_CAND_SMEM 8192  /* candidates the resolve step holds in shared memory */
 #define TK_RESOLVE_THREADS 256
+#define TK_FUSED_MAX_LEN 12288 /* rows up to this long are selected by one CTA each (measured: faster than the chain up to ~12k) */
 #define TK_SORT_ITEMS (DSA_MAX_TOPK / TK_RESOLVE_THREADS)
 
 /* Workspace: [rows][TK_HDR] uint32 (histogram + the row's counters, zeroed by a memset) |
@@ -243,7 +244,10 @@ static __device__ __forceinline__ uint64_t tk_source(int mode, int i, const uint
 
 typedef cub::BlockRadixSort<unsigned, TK_RESOLVE_THREADS, TK_SORT_ITEMS> tk_sort;
 
-__global__ void __launch_bounds__(TK_RESOLVE_THREADS) topk_resolve_kernel(const dsa_topk_params p, tk_ws ws) {
+/* FUSED: the whole select in one CTA per row (short rows: one launch instead of a memset and three
+ * dependent kernels); else the last step after topk_hist and topk_filter. */
+template <bool FUSED>
+__global__ void __launch_bounds__(TK_RESOLVE_THREADS, 1) topk_resolve_kernel(const dsa_topk_params p, tk_ws ws) {
   extern __shared__ __align__(16) unsigned char smem[];
   uint64_t *cs = (uint64_t *)smem;                               /* [TK_CAND_SMEM] candidates */
   uint32_t *hist = (uint32_t *)(cs + TK_CAND_SMEM);              /* [TK_BINS] */
@@ -261,18 +265,44 @@ __global__ void __launch_bounds__(TK_RESOLVE_THREADS) topk_resolve_kernel(const 
     return;
   }
 
-  /* Threshold of the first digit, found once by the histogram step. */
-  const uint32_t *gh = ws.hist + (size_t)row * TK_HDR;
-  const uint32_t b1 = gh[TK_B1];
-  const int above = (int)gh[TK_ABOVE];
-  const int n_in_bin = (int)gh[b1];
+  const float *s = p.scores + (long long)row * p.scores_stride;
+  int32_t *cand = ws.cand + (size_t)row * TK_CAND_CAP;
+  const int32_t *abv = ws.above + (size_t)row * DSA_MAX_TOPK;
+  uint32_t b1;
+  int above, n_in_bin;
+  if (FUSED) {
+    /* Histogram of the first digit over the whole row, then split it: above b1 straight into the
+     * selection, b1 into the candidates. */
+    for (int b = tid; b < TK_BINS; b += TK_RESOLVE_THREADS) hist[b] = 0;
+    __syncthreads();
+    for (int i = tid; i < L; i += TK_RESOLVE_THREADS) atomicAdd(&hist[score_key(s[i]) >> 21], 1u);
+    __syncthreads();
+    b1 = (uint32_t)find_bin(hist, TK_BINS, p.topk, &above, scratch);
+    n_in_bin = (int)hist[b1];
+    if (tid == 0) scratch[34] = scratch[35] = 0;
+    __syncthreads();
+    for (int i = tid; i < L; i += TK_RESOLVE_THREADS) {
+      const uint32_t key = score_key(s[i]);
+      const uint32_t d = key >> 21;
+      if (d > b1) {
+        sel[atomicAdd(&scratch[34], 1)] = i;
+      } else if (d == b1 && n_in_bin <= TK_CAND_CAP) {
+        const int j = atomicAdd(&scratch[35], 1);
+        if (n_in_bin <= TK_CAND_SMEM) cs[j] = make_comp(key, i);
+        else cand[j] = i;
+      }
+    }
+  } else {
+    /* Threshold of the first digit, found once by the histogram step. */
+    const uint32_t *gh = ws.hist + (size_t)row * TK_HDR;
+    b1 = gh[TK_B1];
+    above = (int)gh[TK_ABOVE];
+    n_in_bin = (int)gh[b1];
+  }
   /* Where the candidates (the elements of bin b1) are read from in each pass: shared memory when
    * they fit, the workspace list when the bin fit the list, else the whole row (slow, exact). */
   const int src_mode = n_in_bin <= TK_CAND_SMEM ? 0 : n_in_bin <= TK_CAND_CAP ? 1 : 2;
-  const float *s = p.scores + (long long)row * p.scores_stride;
-  const int32_t *abv = ws.above + (size_t)row * DSA_MAX_TOPK;
-  const int32_t *cand = ws.cand + (size_t)row * TK_CAND_CAP;
-  if (src_mode == 0)
+  if (!FUSED && src_mode == 0)
     for (int i = tid; i < n_in_bin; i += TK_RESOLVE_THREADS) {
       const int pos = cand[i];
       cs[i] = make_comp(score_key(s[pos]), pos);
@@ -308,7 +338,8 @@ __global__ void __launch_bounds__(TK_RESOLVE_THREADS) topk_resolve_kernel(const 
    * remaining low bits zero, and its bin holds exactly `need`). */
   if (tid == 0) scratch[0] = 0;
   __syncthreads();
-  for (int i = tid; i < above; i += TK_RESOLVE_THREADS) sel[i] = abv[i];
+  if (!FUSED)
+    for (int i = tid; i < above; i += TK_RESOLVE_THREADS) sel[i] = abv[i];
   for (int i = tid; i < n_src; i += TK_RESOLVE_THREADS) {
     const uint64_t c = tk_source(src_mode, i, cs, cand, s);
     if ((c >> 53) == b1 && c >= prefix) {
@@ -344,7 +375,9 @@ extern "C" int dsa_topk_launch(const dsa_topk_params *p, void *workspace, cudaSt
   if (rows <= 0) return 0;
   const tk_ws ws = tk_carve(workspace, rows);
   cudaError_t err;
-  if (p->rows.max_len > p->topk) {
+  /* Short rows: one CTA per row does the whole select (a launch chain costs more than the reads). */
+  const bool fused = p->rows.max_len <= TK_FUSED_MAX_LEN;
+  if (!fused && p->rows.max_len > p->topk) {
     err = cudaMemsetAsync(ws.hist, 0, tk_hist_bytes(rows), stream);
     if (err != cudaSuccess) return (int)err;
     const dim3 grid((p->rows.max_len + TK_CHUNK - 1) / TK_CHUNK, rows);
@@ -354,8 +387,14 @@ extern "C" int dsa_topk_launch(const dsa_topk_params *p, void *workspace, cudaSt
     if ((err = cudaGetLastError()) != cudaSuccess) return (int)err;
   }
   const size_t smem = tk_resolve_smem();
-  err = cudaFuncSetAttribute(topk_resolve_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-  if (err != cudaSuccess) return (int)err;
-  topk_resolve_kernel<<<rows, TK_RESOLVE_THREADS, smem, stream>>>(*p, ws);
+  if (fused) {
+    err = cudaFuncSetAttribute(topk_resolve_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (err != cudaSuccess) return (int)err;
+    topk_resolve_kernel<true><<<rows, TK_RESOLVE_THREADS, smem, stream>>>(*p, ws);
+  } else {
+    err = cudaFuncSetAttribute(topk_resolve_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (err != cudaSuccess) return (int)err;
+    topk_resolve_kernel<false><<<rows, TK_RESOLVE_THREADS, smem, stream>>>(*p, ws);
+  }
   return (int)cudaGetLastError();
 }

@@ -2040,9 +2040,16 @@ static const decode_case k_decode_cases[] = {
      .topk = 512, .n = 1, .page_size = 64, .nreq = 24, .rand_len_max = 6000, .seed = 106},
     {.name = "indexer decode H64 bf16-q f32-w topk1024 n2", .H = 64, .topk = 1024, .n = 2, .page_size = 64,
      .nreq = 3, .seq_lens = {1025, 1500, 40000}, .check_scores = 1, .seed = 107},
+    /* Rows longer than the one-CTA top-k limit (128k): the histogram / filter / resolve chain. */
+    {.name = "indexer decode H32 fp8-q f32-w topk2048 n1 long rows (multi-CTA top-k)", .H = 32, .q_fp8 = 1,
+     .topk = 2048, .n = 1, .page_size = 64, .nreq = 3, .seq_lens = {140000, 3000, 135000}, .bad_pages = 1,
+     .check_scores = 1, .seed = 108},
 };
 
 static const prefill_case k_prefill_cases[] = {
+    {.name = "indexer prefill H32 fp8-q f32-w topk2048 long rows (multi-CTA top-k)", .H = 32, .q_fp8 = 1,
+     .topk = 2048, .W = 140000, .n_causal = 2, .causal_end = 140000, .n_extra = 1, .xs = {5000}, .xe = {139000},
+     .n_bad = 2, .bad_rows = {7000, 100000}, .seed = 204},
     {.name = "indexer prefill H32 bf16-q f32-w topk2048", .H = 32, .topk = 2048, .W = 41000, .n_causal = 4,
      .causal_end = 41000, .n_extra = 10,
      .xs = {1000, 5000, 7000, 300, 900, 40500, 20000, -30, 100, 41000},
@@ -2073,6 +2080,9 @@ static const topk_case k_topk_cases[] = {
      .len = {300000, 250001}, .kind = {R_RANDOM, R_FEW}, .seed = 304},
     {.name = "topk 2048: one crowded radix bin (20000 and 100000 rows in [1, 1.125))", .num_rows = 2,
      .max_len = 100000, .topk = 2048, .len = {20000, 100000}, .kind = {R_NARROW, R_NARROW}, .seed = 306},
+    {.name = "topk 2048: crowded bin, multi-CTA path (max_len 300000: 20000, 200000, 150000 in [1, 1.125))",
+     .num_rows = 3, .max_len = 300000, .topk = 2048, .len = {20000, 200000, 150000},
+     .kind = {R_NARROW, R_NARROW, R_RANDOM}, .seed = 307},
     {.name = "topk 37: 300 rows, random lengths and kinds", .num_rows = 300, .max_len = 1500, .topk = 37,
      .stride_extra = 1, .rand_rows = 1, .seed = 305},
 };
