@@ -66,6 +66,16 @@ static dsa_status cuda_status(const char *fn, int err) {
   return fail(DSA_ERR_CUDA, "%s: CUDA error %d (%s)", fn, err, cudaGetErrorString((cudaError_t)err));
 }
 
+/* The caller's workspace against what this call needs: big enough, present, 256-byte aligned. */
+static dsa_status check_workspace(const char *fn, const void *ws, size_t ws_bytes, size_t need) {
+  if (need > ws_bytes)
+    return fail(DSA_ERR_WORKSPACE_TOO_SMALL, "%s: workspace_bytes = %zu < %zu needed", fn, ws_bytes, need);
+  if (need > 0 && !ws) return fail(DSA_ERR_NULL_POINTER, "%s: workspace is NULL", fn);
+  if (need > 0 && misaligned(ws, 256))
+    return fail(DSA_ERR_MISALIGNED, "%s: workspace = %p must be 256-byte aligned", fn, ws);
+  return ok();
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 /* Validation pieces                                                                              */
 
@@ -234,12 +244,7 @@ static dsa_status run_indexer(const char *fn, const dsa_indexer_query *q, const 
                               dsa_rows rows, int num_tokens, int topk, int max_len, int32_t *out,
                               int32_t *lens, const indexer_plan *plan, void *ws, size_t ws_bytes,
                               cudaStream_t stream) {
-  if (plan->total > ws_bytes)
-    return fail(DSA_ERR_WORKSPACE_TOO_SMALL, "%s: workspace_bytes = %zu < %zu needed", fn, ws_bytes,
-                plan->total);
-  if (plan->total > 0 && !ws) return fail(DSA_ERR_NULL_POINTER, "%s: workspace is NULL", fn);
-  if (plan->total > 0 && misaligned(ws, 256))
-    return fail(DSA_ERR_MISALIGNED, "%s: workspace = %p must be 256-byte aligned", fn, ws);
+  CHECK(check_workspace(fn, ws, ws_bytes, plan->total));
   float *scores = (float *)ws;
   void *topk_ws = (char *)ws + plan->score_bytes;
   for (int t0 = 0; t0 < num_tokens; t0 += plan->chunk) {
@@ -416,11 +421,7 @@ dsa_status dsa_topk(const dsa_topk_args *a, void *ws, size_t ws_bytes, cudaStrea
   CHECK(check_plain_topk(fn, a, 1));
   if (a->num_rows == 0) return ok();
   const int per = plain_rows_per_launch(a);
-  const size_t need = dsa_topk_workspace_impl(per, a->topk);
-  if (need > ws_bytes)
-    return fail(DSA_ERR_WORKSPACE_TOO_SMALL, "%s: workspace_bytes = %zu < %zu needed", fn, ws_bytes, need);
-  if (!ws) return fail(DSA_ERR_NULL_POINTER, "%s: workspace is NULL", fn);
-  if (misaligned(ws, 256)) return fail(DSA_ERR_MISALIGNED, "%s: workspace = %p must be 256-byte aligned", fn, ws);
+  CHECK(check_workspace(fn, ws, ws_bytes, dsa_topk_workspace_impl(per, a->topk)));
   for (int r0 = 0; r0 < a->num_rows; r0 += per) {
     dsa_topk_params tp;
     memset(&tp, 0, sizeof tp);
@@ -485,12 +486,7 @@ dsa_status dsa_sparse_mla(const dsa_sparse_mla_args *a, void *ws, size_t ws_byte
   const char *fn = "dsa_sparse_mla";
   CHECK(check_mla(fn, a, 1));
   if (a->num_tokens == 0) return ok();
-  const size_t need = dsa_sparse_mla_workspace_impl(a);
-  if (need > ws_bytes)
-    return fail(DSA_ERR_WORKSPACE_TOO_SMALL, "%s: workspace_bytes = %zu < %zu needed", fn, ws_bytes, need);
-  if (need > 0 && !ws) return fail(DSA_ERR_NULL_POINTER, "%s: workspace is NULL", fn);
-  if (need > 0 && misaligned(ws, 256))
-    return fail(DSA_ERR_MISALIGNED, "%s: workspace = %p must be 256-byte aligned", fn, ws);
+  CHECK(check_workspace(fn, ws, ws_bytes, dsa_sparse_mla_workspace_impl(a)));
   return cuda_status(fn, dsa_sparse_mla_launch(a, ws, stream));
 }
 
