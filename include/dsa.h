@@ -20,7 +20,7 @@
  *     with the matching *_workspace_size function (same args struct) and is bounded (it does not
  *     grow as tokens x candidates without a cap: long inputs are processed in chunks).
  *
- * Layouts (see docs/DESIGN.md of the project for the full contract):
+ * Layouts (the project's design contract, DESIGN.md, has the full text):
  *   Index-K cache, paged, FP8: page p is page_size * (head_dim + 4 * head_dim/128) bytes: first the
  *     page_size FP8-e4m3 rows of head_dim bytes, then page_size x (head_dim/128) float32 scales.
  *     Slot s lives in page s / page_size, row s % page_size.
