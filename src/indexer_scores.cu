@@ -10,10 +10,11 @@
  *
  * Per CTA (8 warps): a group of T tokens, a contiguous range of key tiles of 256 keys. Per warp and
  * tile: 32 keys x all heads of every token of the group as an MMA with M = keys, N = heads:
- *   A (32 keys x 128 dims): FP8 rows loaded straight from global into registers, converted to
- *     f16 pairs (e4m3 -> f16 is exact). Because a dot product does not care about the order of its
- *     terms, thread (g, c) of the warp loads bytes [16c, 16c+16) and [64+16c, 64+16c+16) of its
- *     rows and uses them as its fragment slots directly: no shared-memory staging, no shuffles.
+ *   A (32 keys x 128 dims): FP8 rows streamed global -> shared memory by cp.async through a
+ *     3-4 stage pipeline per warp (zero-filled for slots outside the cache), then read into
+ *     registers and converted to f16 pairs (e4m3 -> f16 is exact). Because a dot product does not
+ *     care about the order of its terms, thread (g, c) of the warp takes bytes [16c, 16c+16) and
+ *     [64+16c, 64+16c+16) of its rows as its fragment slots directly: 16-byte reads, no shuffles.
  *   B (128 dims x 32 heads): q staged once per CTA in shared memory as f16; the permutation above
  *     makes each thread's B slots 8 contiguous halves, one 16-byte shared load per two k-steps.
  *   mma.sync m16n8k16 f16 -> f32. bf16 q is scaled per (token, head) by a power of two into f16's

@@ -10,18 +10,21 @@
  * so "largest k composites" is exactly the contract's order, and a radix select over comp always
  * ends with the k-th element isolated.
  *
- * Three launches per batch of rows (the rows of one launch share the workspace):
+ * Rows up to TK_FUSED_MAX_LEN: one CTA per row does everything below in one launch. Longer rows,
+ * a chain per batch of rows (the rows of one launch share the workspace):
+ *   0. memset        the rows' histograms and counters.
  *   1. topk_hist     grid (chunks of 8192, rows): 2048-bin histogram of the top 11 key bits,
- *                    per-CTA in shared memory, merged into the row's global histogram.
- *   2. topk_filter   same grid: every CTA finds the threshold bin b1 from the global histogram;
- *                    elements above b1 are selected outright (appended to the row's list),
- *                    elements in b1 are appended to a candidate buffer (if the bin fits in it).
+ *                    per-CTA in shared memory, merged into the row's global histogram; the last
+ *                    CTA of a row finds the threshold bin b1 once.
+ *   2. topk_filter   same grid: elements above b1 are selected outright (appended to the row's
+ *                    list), elements in b1 to the candidate list (if the whole bin fits in it).
  *   3. topk_resolve  one CTA per row: radix passes of 11 bits over the candidates' remaining
- *                    composite bits (in shared memory; or over the row in global memory when the
- *                    bin overflowed the buffer — slow but exact), then the selected positions are
- *                    sorted ascending (so the output is deterministic whatever the atomics' order),
- *                    mapped to slots / rows and written with lens and the -1 tail.
- * Workspace per row: histogram + counters (zeroed by a memset), the above-list, the candidates.
+ *                    composite bits (from shared memory, from the workspace list, or — when the
+ *                    bin overflowed the list — from the whole row: slow but exact), then the
+ *                    selected positions are sorted ascending (so the output is deterministic
+ *                    whatever the atomics' order), mapped to slots / rows and written with lens and
+ *                    the -1 tail.
+ * Workspace per row: histogram + counters, the above-list, the candidate list.
  */
 #include <cub/block/block_radix_sort.cuh>
 #include <stdint.h>
