@@ -16,9 +16,23 @@
  *     status and dsa_last_error() names the argument and its value. Nothing is launched then.
  *   - Device code never reads or writes outside the buffers whose capacities are passed in, whatever
  *     the contents of lengths, block tables, slot lists or index lists.
- *   - Calls that need scratch memory take a caller-owned workspace; its size is asked for in advance
- *     with the matching *_workspace_size function (same args struct) and is bounded (it does not
- *     grow as tokens x candidates without a cap: long inputs are processed in chunks).
+ *   - Calls that need scratch memory take a caller-owned workspace (256-byte aligned); its size is
+ *     asked for in advance with the matching *_workspace_size function (same args struct; no device
+ *     needed) and does not grow with the number of tokens: long inputs run in chunks. The bounds
+ *     are stated at each call.
+ *   - Every pointer must be aligned to its element type (int32/float 4 bytes, int64 8, bf16 2) or
+ *     to what its field says; every strided extent ((rows - 1) * stride + row length) must fit the
+ *     address space. Violations return DSA_ERR_MISALIGNED / DSA_ERR_INVALID_VALUE.
+ *   - Concurrency: calls may come from several host threads and streams at once, but a workspace
+ *     belongs to one call at a time: calls that may run concurrently (different streams) need
+ *     different workspaces. Outputs must not overlap inputs or each other (an output that aliases an
+ *     input gives unspecified values — never an out-of-bounds access, a hang or a fault). Inputs may
+ *     overlap each other freely (e.g. q and weights as views of one projection output).
+ *   - A call never reports an error the caller left pending in the CUDA runtime as its own, and does
+ *     not clear it — except the first call of each kernel on a device, which raises the kernel's
+ *     shared-memory limit with cudaFuncSetAttribute, a runtime call that clears a pending error.
+ *   - Kernels are built for sm_90a only (H100, H200, H800, H20, GH200); on another device a call
+ *     returns DSA_ERR_NO_DEVICE and launches nothing.
  *
  * Layouts (the project's design contract, DESIGN.md, has the full text):
  *   Index-K cache, paged, FP8: page p is page_size * (head_dim + 4 * head_dim/128) bytes: first the
@@ -54,6 +68,10 @@ extern "C" {
 #define DSA_MLA_V_DIM 512
 #define DSA_MLA_FP8_SLOT_BYTES 656
 #define DSA_MAX_ATTN_HEADS 128
+/* The most positions one token can see (decode L, prefill workspace rows, plain top-k row length):
+ * 2^30, far beyond any model's context, and small enough that every position index and tile
+ * boundary stays inside int32 arithmetic on the device. */
+#define DSA_MAX_ROW_LEN (1 << 30)
 
 typedef enum {
   DSA_OK = 0,
@@ -81,7 +99,9 @@ typedef enum {
 const char *dsa_version(void);
 /* A fixed English name for a status. */
 const char *dsa_status_string(dsa_status status);
-/* The message of the last failed call on this thread ("" if none): which argument, which value. */
+/* The message of the last failed call on this thread ("" if none yet): which argument, which
+ * value. A successful call leaves it unchanged, so it stays readable after later calls succeed;
+ * check the status a call returns, not this string, to learn whether that call failed. */
 const char *dsa_last_error(void);
 
 /* ------------------------------------------------------------------------------------------------
@@ -93,9 +113,9 @@ const char *dsa_last_error(void);
  *   score[t, s] = softmax_scale * sum_h weights[t,h] * relu(q[t,h,:] . k[s,:]).
  */
 typedef struct {
-  const void *q;
+  const void *q;                /* 8-B aligned (bf16) / 4-B aligned (fp8) */
   dsa_dtype q_dtype;            /* DSA_DTYPE_BF16 or DSA_DTYPE_FP8_E4M3 */
-  const float *q_scale;         /* [num_tokens, num_heads], FP8 q only (NULL for bf16) */
+  const float *q_scale;         /* [num_tokens, num_heads], FP8 q only (NULL for bf16); 4-B aligned */
   const void *weights;
   dsa_dtype weights_dtype;      /* DSA_DTYPE_F32 or DSA_DTYPE_BF16 */
   int64_t weights_stride;       /* elements between token rows, >= num_heads */
@@ -107,30 +127,36 @@ typedef struct {
 /* The paged FP8 index-K cache. */
 typedef struct {
   const uint8_t *data;          /* num_pages * page_size * (head_dim + 4*head_dim/128) bytes, 16-B aligned */
-  int64_t num_pages;
-  int page_size;                /* tokens per page, 1..1024 (64 in the reference models) */
+  int64_t num_pages;            /* num_pages * page_size <= INT32_MAX (slots are reported as int32) */
+  int page_size;                /* tokens per page: a multiple of 4 in 4..1024 (64 in the reference
+                                   models; multiple of 4 keeps every 128-byte key row 16-B aligned) */
 } dsa_index_k_cache;
 
 /* ------------------------------------------------------------------------------------------------
  * Decode: indexer scores + top-k.
  * num_reqs requests with q_len_per_req = n query tokens each (token t = r*n + j, num_tokens = r*n).
  * Token t sees positions [0, L), L = max(0, seq_lens[r] - (n-1) + j), clamped to what its block-table
- * row addresses (max_blocks_per_req * page_size). Position i is global slot
+ * row addresses (max_blocks_per_req * page_size) and to max_seq_len when given; that clamp must be
+ * <= DSA_MAX_ROW_LEN (pass max_seq_len when the block table is wider). Position i is global slot
  * block_table[r * block_table_stride + i / page_size] * page_size + i % page_size.
  * Output: topk_indices[t, 0..topk) = global slots of the selected positions (order unspecified but
  * deterministic), -1 past lens[t] = min(topk, L). A position whose page id is outside
  * [0, num_pages) scores -inf and is reported as -1 if selected.
+ * Workspace: 256 MiB of scores at most, or, when one request's rows alone are longer,
+ * q_len_per_req * max_len * 4 bytes (max_len = the clamp on L above: 1M tokens x 8 MTP = 32 MiB),
+ * plus ~144 KiB of top-k scratch per token, for at most 256 tokens at a time (~36 MiB). Nothing
+ * is scored (and no score scratch is needed) when every L <= topk.
  */
 typedef struct {
   dsa_indexer_query query;
   dsa_index_k_cache cache;
-  const int32_t *seq_lens;       /* [num_reqs] */
+  const int32_t *seq_lens;       /* [num_reqs], 4-B aligned (all int32 / float arrays: 4-B) */
   const int32_t *block_table;    /* [num_reqs, block_table_stride] */
   int64_t block_table_stride;    /* elements, >= max_blocks_per_req */
   int max_blocks_per_req;        /* columns of the block table the kernels may read, >= 1 */
   int num_reqs;                  /* >= 0 */
   int q_len_per_req;             /* 1..8 */
-  int max_seq_len;               /* host-known bound on L; 0 = max_blocks_per_req * page_size */
+  int max_seq_len;               /* host-known bound on L, <= DSA_MAX_ROW_LEN; 0 = max_blocks_per_req * page_size */
   int topk;                      /* 1..2048 */
   int32_t *topk_indices;         /* [num_reqs * q_len_per_req, topk] */
   int32_t *topk_lens;            /* [num_tokens] or NULL */
@@ -159,12 +185,14 @@ dsa_status dsa_indexer_decode_scores(const dsa_indexer_decode_scores_args *args,
  * Output per token: positions as absolute workspace rows (output_global_slots = 0, the reference
  * contract) or as global slots (output_global_slots = 1: what attention consumes); -1 past lens.
  * A row whose slot is outside the cache scores -inf and, as a global slot, is reported as -1.
+ * Workspace: as decode (256 MiB of scores at most, or one token's max_len * 4 bytes when longer;
+ * top-k scratch for at most 256 tokens at a time).
  */
 typedef struct {
   dsa_indexer_query query;
   dsa_index_k_cache cache;
-  const int64_t *kv_workspace_slots; /* [num_workspace_rows] */
-  int64_t num_workspace_rows;        /* 0..2^31-1 */
+  const int64_t *kv_workspace_slots; /* [num_workspace_rows], 8-B aligned */
+  int64_t num_workspace_rows;        /* 0..DSA_MAX_ROW_LEN */
   const int32_t *row_starts;         /* [num_tokens] */
   const int32_t *row_ends;           /* [num_tokens] */
   int num_tokens;                    /* >= 0 */
@@ -194,13 +222,14 @@ dsa_status dsa_indexer_prefill_scores(const dsa_indexer_prefill_scores_args *arg
  * i < L_r = clamp(row_lens[r], 0, max_len) (every row has length max_len when row_lens is NULL).
  * Ties go to the lower position; NaN ranks below every number. indices[r, :] = positions
  * (order unspecified, deterministic), -1 past lens[r].
+ * Workspace: ~144 KiB per row for at most 256 rows at a time (~36 MiB).
  */
 typedef struct {
   const float *scores;
   int64_t scores_stride;   /* elements, >= max_len */
   int num_rows;            /* >= 0 */
   const int32_t *row_lens; /* [num_rows] or NULL */
-  int max_len;             /* >= 0, host bound on every row's length */
+  int max_len;             /* 0..DSA_MAX_ROW_LEN, host bound on every row's length */
   int topk;                /* 1..2048 */
   int32_t *indices;        /* [num_rows, topk] */
   int32_t *lens;           /* [num_rows] or NULL */
@@ -217,6 +246,9 @@ dsa_status dsa_topk(const dsa_topk_args *args, void *workspace, size_t workspace
  *   s_i = softmax_scale * q[t,h,:] . k_i   (576 dims),  p_i = exp(s_i - m)
  *   out[t,h,:] = sum p_i v_i / sum p_i     (v = first 512 dims of k),  lse = m + ln(sum p_i)
  * A token with no valid entry gets out = 0 and lse = -inf.
+ * Workspace: split partials for small batches only (fewer tokens x head groups than SMs): at most
+ * 2 x 132 CTAs x 16..64 heads x 2 KiB, ~35 MiB; 0 for larger batches. The size query
+ * needs no device and holds for every sm_90 part.
  */
 typedef struct {
   const void *q;            /* [num_tokens, num_heads, 576] bf16, contiguous, 16-B aligned */

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "dsa_kernels.h"
+#include "launch.cuh"
 
 #define STORE_THREADS 256
 #define STORE_WARPS (STORE_THREADS / 32)
@@ -181,7 +182,10 @@ __global__ void __launch_bounds__(STORE_THREADS) mla_kv_store_bf16_kernel(
 /* ---------------------------------------------------------------------------------------------
  * Launchers.
  */
-static int store_grid(int num_tokens) { return (num_tokens + STORE_WARPS - 1) / STORE_WARPS; }
+/* One warp per token: ceil(num_tokens / STORE_WARPS) CTAs, <= 2^28 for any int count. */
+static dim3 store_grid(int num_tokens) {
+  return dim3((unsigned)(((int64_t)num_tokens + STORE_WARPS - 1) / STORE_WARPS));
+}
 
 static int aligned(const void *p, uintptr_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
 
@@ -189,13 +193,9 @@ extern "C" int dsa_index_k_store_launch(const dsa_index_k_store_args *a, cudaStr
   if (a->num_tokens <= 0) return 0;
   const __nv_bfloat16 *k = (const __nv_bfloat16 *)a->k;
   const int vec = aligned(k, 8) && (a->k_stride % 4) == 0 && aligned(a->cache, 4);
-  if (vec)
-    index_k_store_kernel<true><<<store_grid(a->num_tokens), STORE_THREADS, 0, stream>>>(
-        k, a->k_stride, a->slot_mapping, a->num_tokens, a->cache, a->num_pages, a->page_size);
-  else
-    index_k_store_kernel<false><<<store_grid(a->num_tokens), STORE_THREADS, 0, stream>>>(
-        k, a->k_stride, a->slot_mapping, a->num_tokens, a->cache, a->num_pages, a->page_size);
-  return (int)cudaGetLastError();
+  return (int)dsa_launch(vec ? index_k_store_kernel<true> : index_k_store_kernel<false>, store_grid(a->num_tokens),
+                         STORE_THREADS, 0, stream, false, k, a->k_stride, a->slot_mapping, a->num_tokens,
+                         a->cache, a->num_pages, a->page_size);
 }
 
 extern "C" int dsa_mla_kv_store_launch(const dsa_mla_kv_store_args *a, cudaStream_t stream) {
@@ -204,20 +204,14 @@ extern "C" int dsa_mla_kv_store_launch(const dsa_mla_kv_store_args *a, cudaStrea
   const int src_vec = aligned(kv, 16) && (a->kv_stride % 8) == 0;
   if (a->kv_format == DSA_KV_FP8_PACKED) {
     uint8_t *cache = (uint8_t *)a->cache;
-    if (src_vec && aligned(cache, 16))
-      mla_kv_store_fp8_kernel<true><<<store_grid(a->num_tokens), STORE_THREADS, 0, stream>>>(
-          kv, a->kv_stride, a->slot_mapping, a->num_tokens, cache, a->num_slots);
-    else
-      mla_kv_store_fp8_kernel<false><<<store_grid(a->num_tokens), STORE_THREADS, 0, stream>>>(
-          kv, a->kv_stride, a->slot_mapping, a->num_tokens, cache, a->num_slots);
-  } else {
-    __nv_bfloat16 *cache = (__nv_bfloat16 *)a->cache;
-    if (src_vec && aligned(cache, 16) && (a->cache_stride % 8) == 0)
-      mla_kv_store_bf16_kernel<true><<<store_grid(a->num_tokens), STORE_THREADS, 0, stream>>>(
-          kv, a->kv_stride, a->slot_mapping, a->num_tokens, cache, a->num_slots, a->cache_stride);
-    else
-      mla_kv_store_bf16_kernel<false><<<store_grid(a->num_tokens), STORE_THREADS, 0, stream>>>(
-          kv, a->kv_stride, a->slot_mapping, a->num_tokens, cache, a->num_slots, a->cache_stride);
+    const bool vec = src_vec && aligned(cache, 16);
+    return (int)dsa_launch(vec ? mla_kv_store_fp8_kernel<true> : mla_kv_store_fp8_kernel<false>,
+                           store_grid(a->num_tokens), STORE_THREADS, 0, stream, false, kv, a->kv_stride,
+                           a->slot_mapping, a->num_tokens, cache, a->num_slots);
   }
-  return (int)cudaGetLastError();
+  __nv_bfloat16 *cache = (__nv_bfloat16 *)a->cache;
+  const bool vec = src_vec && aligned(cache, 16) && (a->cache_stride % 8) == 0;
+  return (int)dsa_launch(vec ? mla_kv_store_bf16_kernel<true> : mla_kv_store_bf16_kernel<false>,
+                         store_grid(a->num_tokens), STORE_THREADS, 0, stream, false, kv, a->kv_stride,
+                         a->slot_mapping, a->num_tokens, cache, a->num_slots, a->cache_stride);
 }

@@ -2,10 +2,13 @@
  * dsa.c — the host API layer: validates every argument, sizes and carves workspaces, splits long
  * inputs into bounded chunks, and dispatches to the per-stage launchers of dsa_kernels.h.
  * Nothing here touches device memory or synchronises; a failed check launches nothing.
+ *
+ * Order in every call: arguments (sizes, enums, pointers, alignment, extents), workspace, then —
+ * only when there is work — the device (an sm_90 device must be current), then the launches.
+ * Chunk loops count in int64, so no count up to INT_MAX can wrap them.
  */
 #include "dsa.h"
 
-#include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,11 +16,8 @@
 
 #include "dsa_kernels.h"
 
-/* Score scratch per launch is capped at this many float32 elements (256 MiB); longer inputs run
- * as several chunks of tokens. Top-k scratch is per row (~140 KiB), so rows per launch are capped. */
-#define DSA_SCORE_CAP_ELEMS ((int64_t)64 * 1024 * 1024)
-#define DSA_TOPK_ROWS_PER_LAUNCH 256
-#define DSA_SCORE_TOKENS_PER_LAUNCH 32760 /* grid.y bound, a multiple of 1..8 */
+#define DSA_STR2(x) #x
+#define DSA_STR(x) DSA_STR2(x)
 
 static _Thread_local char g_msg[512];
 
@@ -29,12 +29,9 @@ static dsa_status fail(dsa_status st, const char *fmt, ...) {
   return st;
 }
 
-static dsa_status ok(void) {
-  g_msg[0] = 0;
-  return DSA_OK;
+const char *dsa_version(void) {
+  return DSA_STR(DSA_VERSION_MAJOR) "." DSA_STR(DSA_VERSION_MINOR) "." DSA_STR(DSA_VERSION_PATCH);
 }
-
-const char *dsa_version(void) { return "0.1.0"; }
 
 const char *dsa_last_error(void) { return g_msg; }
 
@@ -57,13 +54,32 @@ static size_t round256(size_t b) { return (b + 255) & ~(size_t)255; }
 
 #define CHECK(expr) do { dsa_status st_ = (expr); if (st_ != DSA_OK) return st_; } while (0)
 #define NEED_PTR(p, name) do { if (!(p)) return fail(DSA_ERR_NULL_POINTER, "%s: %s is NULL", fn, name); } while (0)
+#define NEED_ALIGNED(p, a, name)                                                                  \
+  do {                                                                                            \
+    if ((p) && misaligned((p), (a)))                                                              \
+      return fail(DSA_ERR_MISALIGNED, "%s: %s = %p must be %d-byte aligned", fn, name,            \
+                  (const void *)(p), (int)(a));                                                   \
+  } while (0)
 
+/* A launcher's (or the device query's) CUDA error as a status. */
 static dsa_status cuda_status(const char *fn, int err) {
-  if (err == 0) return ok();
-  if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver || err == cudaErrorNoKernelImageForDevice)
+  if (err == 0) return DSA_OK;
+  if (dsa_cuda_error_is_no_device(err))
     return fail(DSA_ERR_NO_DEVICE, "%s: no usable sm_90a device: CUDA error %d (%s)", fn, err,
-                cudaGetErrorString((cudaError_t)err));
-  return fail(DSA_ERR_CUDA, "%s: CUDA error %d (%s)", fn, err, cudaGetErrorString((cudaError_t)err));
+                dsa_cuda_error_string(err));
+  return fail(DSA_ERR_CUDA, "%s: CUDA error %d (%s)", fn, err, dsa_cuda_error_string(err));
+}
+
+/* The current device must be an sm_90 part (the only kernels this build holds); *sms = its SM count. */
+static dsa_status need_device(const char *fn, int *sms) {
+  dsa_device_info d;
+  memset(&d, 0, sizeof d);
+  CHECK(cuda_status(fn, dsa_device_query(&d)));
+  if (d.cc_major != 9 || d.cc_minor != 0)
+    return fail(DSA_ERR_NO_DEVICE, "%s: device %d is sm_%d%d; this build's kernels need sm_90a (H100/H200)", fn,
+                d.ordinal, d.cc_major, d.cc_minor);
+  *sms = d.num_sms;
+  return DSA_OK;
 }
 
 /* The caller's workspace against what this call needs: big enough, present, 256-byte aligned. */
@@ -73,13 +89,38 @@ static dsa_status check_workspace(const char *fn, const void *ws, size_t ws_byte
   if (need > 0 && !ws) return fail(DSA_ERR_NULL_POINTER, "%s: workspace is NULL", fn);
   if (need > 0 && misaligned(ws, 256))
     return fail(DSA_ERR_MISALIGNED, "%s: workspace = %p must be 256-byte aligned", fn, ws);
-  return ok();
+  return DSA_OK;
+}
+
+/* A strided view at p: `rows` rows of `row_len` elements of `elem` bytes, `stride` elements apart.
+ * Its extent, ((rows - 1) * stride + row_len) * elem bytes, must fit int64 and must not wrap the
+ * address space from p: otherwise the device's index arithmetic would overflow. */
+static dsa_status check_extent(const char *fn, const char *name, const void *p, int64_t rows, int64_t stride,
+                               int64_t row_len, int64_t elem) {
+  if (rows <= 0) return DSA_OK;
+  if (row_len < 0) row_len = 0; /* nothing read, but row pointers are still formed: bound them too */
+  if (stride < 0) return fail(DSA_ERR_INVALID_VALUE, "%s: %s has a negative stride %lld", fn, name, (long long)stride);
+  const int64_t max_elems = INT64_MAX / elem;
+  if (row_len > max_elems || (rows > 1 && stride > (max_elems - row_len) / (rows - 1)))
+    return fail(DSA_ERR_INVALID_VALUE, "%s: %s spans %lld rows x stride %lld: more than 2^63 bytes", fn, name,
+                (long long)rows, (long long)stride);
+  const uint64_t bytes = (uint64_t)((rows - 1) * stride + row_len) * (uint64_t)elem;
+  if ((uintptr_t)p > UINTPTR_MAX - bytes)
+    return fail(DSA_ERR_INVALID_VALUE, "%s: %s = %p plus its %llu bytes wraps the address space", fn, name, p,
+                (unsigned long long)bytes);
+  return DSA_OK;
+}
+
+/* A dense array of n elements. */
+static dsa_status check_array(const char *fn, const char *name, const void *p, int64_t n, int64_t elem) {
+  return check_extent(fn, name, p, 1, n, n, elem);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Validation pieces                                                                              */
 
-static dsa_status check_query(const char *fn, const dsa_indexer_query *q, int need_data) {
+/* The query side for num_tokens tokens. */
+static dsa_status check_query(const char *fn, const dsa_indexer_query *q, int need_data, int64_t num_tokens) {
   if (q->head_dim != DSA_INDEX_HEAD_DIM)
     return fail(DSA_ERR_UNSUPPORTED, "%s: query.head_dim = %d (only %d is supported)", fn, q->head_dim,
                 DSA_INDEX_HEAD_DIM);
@@ -96,19 +137,20 @@ static dsa_status check_query(const char *fn, const dsa_indexer_query *q, int ne
                 (long long)q->weights_stride, q->num_heads);
   if (!isfinite(q->softmax_scale))
     return fail(DSA_ERR_INVALID_VALUE, "%s: query.softmax_scale is not finite", fn);
-  if (!need_data) return ok();
+  if (!need_data || num_tokens == 0) return DSA_OK;
   NEED_PTR(q->q, "query.q");
   NEED_PTR(q->weights, "query.weights");
   if (q->q_dtype == DSA_DTYPE_FP8_E4M3) NEED_PTR(q->q_scale, "query.q_scale (required for fp8 q)");
-  if (misaligned(q->q, q->q_dtype == DSA_DTYPE_BF16 ? 8 : 4))
-    return fail(DSA_ERR_MISALIGNED, "%s: query.q = %p must be %d-byte aligned", fn, q->q,
-                q->q_dtype == DSA_DTYPE_BF16 ? 8 : 4);
-  if (q->q_scale && misaligned(q->q_scale, 4))
-    return fail(DSA_ERR_MISALIGNED, "%s: query.q_scale = %p must be 4-byte aligned", fn, (const void *)q->q_scale);
-  if (misaligned(q->weights, q->weights_dtype == DSA_DTYPE_F32 ? 4 : 2))
-    return fail(DSA_ERR_MISALIGNED, "%s: query.weights = %p is not aligned to its element size", fn,
-                q->weights);
-  return ok();
+  const int bf16 = q->q_dtype == DSA_DTYPE_BF16;
+  const int w_elem = q->weights_dtype == DSA_DTYPE_F32 ? 4 : 2;
+  NEED_ALIGNED(q->q, bf16 ? 8 : 4, "query.q");
+  NEED_ALIGNED(q->q_scale, 4, "query.q_scale");
+  NEED_ALIGNED(q->weights, w_elem, "query.weights");
+  const int64_t rows = num_tokens * q->num_heads;
+  CHECK(check_array(fn, "query.q", q->q, rows * DSA_INDEX_HEAD_DIM, bf16 ? 2 : 1));
+  if (q->q_scale) CHECK(check_array(fn, "query.q_scale", q->q_scale, rows, 4));
+  CHECK(check_extent(fn, "query.weights", q->weights, num_tokens, q->weights_stride, q->num_heads, w_elem));
+  return DSA_OK;
 }
 
 static dsa_status check_cache(const char *fn, const dsa_index_k_cache *c, int need_data) {
@@ -117,75 +159,121 @@ static dsa_status check_cache(const char *fn, const dsa_index_k_cache *c, int ne
                 c->page_size);
   if (c->num_pages < 0)
     return fail(DSA_ERR_INVALID_VALUE, "%s: cache.num_pages = %lld < 0", fn, (long long)c->num_pages);
-  if (c->num_pages * (int64_t)c->page_size > INT32_MAX)
-    return fail(DSA_ERR_INVALID_VALUE, "%s: cache holds %lld slots (slots are reported as int32)", fn,
-                (long long)(c->num_pages * (int64_t)c->page_size));
-  if (!need_data) return ok();
+  if (c->num_pages > INT32_MAX / c->page_size) /* divided, not multiplied: no overflow */
+    return fail(DSA_ERR_INVALID_VALUE,
+                "%s: cache.num_pages = %lld x page_size %d exceeds 2^31-1 slots (slots are reported as int32)",
+                fn, (long long)c->num_pages, c->page_size);
+  if (!need_data) return DSA_OK;
   NEED_PTR(c->data, "cache.data");
-  if (misaligned(c->data, 16))
-    return fail(DSA_ERR_MISALIGNED, "%s: cache.data = %p must be 16-byte aligned", fn, (const void *)c->data);
-  return ok();
+  NEED_ALIGNED(c->data, 16, "cache.data");
+  const int64_t row_bytes = DSA_INDEX_HEAD_DIM + 4 * (DSA_INDEX_HEAD_DIM / 128);
+  return check_array(fn, "cache.data", c->data, c->num_pages * c->page_size, row_bytes);
 }
 
 static dsa_status check_topk(const char *fn, int topk) {
   if (topk < 1 || topk > DSA_MAX_TOPK)
     return fail(DSA_ERR_INVALID_VALUE, "%s: topk = %d (must be 1..%d)", fn, topk, DSA_MAX_TOPK);
-  return ok();
+  return DSA_OK;
 }
 
-/* Decode: sizes and pointers; max_len = the clamp on L. */
+/* Top-k outputs of num_tokens rows. */
+static dsa_status check_topk_outputs(const char *fn, int32_t *indices, const char *indices_name, int32_t *lens,
+                                     const char *lens_name, int64_t num_tokens, int topk) {
+  if (num_tokens == 0) return DSA_OK;
+  NEED_PTR(indices, indices_name);
+  NEED_ALIGNED(indices, 4, indices_name);
+  NEED_ALIGNED(lens, 4, lens_name);
+  CHECK(check_array(fn, indices_name, indices, num_tokens * topk, 4));
+  if (lens) CHECK(check_array(fn, lens_name, lens, num_tokens, 4));
+  return DSA_OK;
+}
+
+/* Decode: sizes and pointers; *max_len = the clamp on L. */
 static dsa_status check_decode(const char *fn, const dsa_indexer_decode_args *a, int need_data,
                                int need_outputs, int *max_len) {
   if (!a) return fail(DSA_ERR_NULL_POINTER, "%s: args is NULL", fn);
-  CHECK(check_query(fn, &a->query, need_data));
-  CHECK(check_cache(fn, &a->cache, need_data));
-  CHECK(check_topk(fn, a->topk));
   if (a->num_reqs < 0) return fail(DSA_ERR_INVALID_VALUE, "%s: num_reqs = %d < 0", fn, a->num_reqs);
   if (a->q_len_per_req < 1 || a->q_len_per_req > DSA_MAX_Q_LEN_PER_REQ)
     return fail(DSA_ERR_INVALID_VALUE, "%s: q_len_per_req = %d (must be 1..%d)", fn, a->q_len_per_req,
                 DSA_MAX_Q_LEN_PER_REQ);
   if ((int64_t)a->num_reqs * a->q_len_per_req > INT32_MAX)
-    return fail(DSA_ERR_INVALID_VALUE, "%s: num_reqs * q_len_per_req overflows int", fn);
+    return fail(DSA_ERR_INVALID_VALUE, "%s: num_reqs = %d x q_len_per_req = %d overflows int", fn, a->num_reqs,
+                a->q_len_per_req);
+  const int64_t tokens = (int64_t)a->num_reqs * a->q_len_per_req;
+  CHECK(check_query(fn, &a->query, need_data, tokens));
+  CHECK(check_cache(fn, &a->cache, need_data && tokens > 0));
+  CHECK(check_topk(fn, a->topk));
   if (a->max_blocks_per_req < 1)
     return fail(DSA_ERR_INVALID_VALUE, "%s: max_blocks_per_req = %d (must be >= 1)", fn, a->max_blocks_per_req);
   if (a->block_table_stride < a->max_blocks_per_req)
     return fail(DSA_ERR_INVALID_VALUE, "%s: block_table_stride = %lld < max_blocks_per_req = %d", fn,
                 (long long)a->block_table_stride, a->max_blocks_per_req);
+  if (a->max_seq_len < 0 || a->max_seq_len > DSA_MAX_ROW_LEN)
+    return fail(DSA_ERR_INVALID_VALUE, "%s: max_seq_len = %d (must be 0..DSA_MAX_ROW_LEN = %d)", fn,
+                a->max_seq_len, DSA_MAX_ROW_LEN);
   const int64_t cap = (int64_t)a->max_blocks_per_req * a->cache.page_size;
-  if (cap > INT32_MAX)
-    return fail(DSA_ERR_INVALID_VALUE, "%s: max_blocks_per_req * page_size = %lld exceeds int32", fn,
-                (long long)cap);
-  if (a->max_seq_len < 0)
-    return fail(DSA_ERR_INVALID_VALUE, "%s: max_seq_len = %d < 0", fn, a->max_seq_len);
-  *max_len = (int)((a->max_seq_len > 0 && a->max_seq_len < cap) ? a->max_seq_len : cap);
-  if (need_data && a->num_reqs > 0) {
+  const int64_t len = a->max_seq_len > 0 && a->max_seq_len < cap ? a->max_seq_len : cap;
+  if (len > DSA_MAX_ROW_LEN)
+    return fail(DSA_ERR_INVALID_VALUE,
+                "%s: max_blocks_per_req = %d x page_size = %d = %lld positions exceeds DSA_MAX_ROW_LEN = %d "
+                "(pass max_seq_len to bound L)",
+                fn, a->max_blocks_per_req, a->cache.page_size, (long long)cap, DSA_MAX_ROW_LEN);
+  *max_len = (int)len;
+  if (need_data && tokens > 0) {
     NEED_PTR(a->seq_lens, "seq_lens");
     NEED_PTR(a->block_table, "block_table");
+    NEED_ALIGNED(a->seq_lens, 4, "seq_lens");
+    NEED_ALIGNED(a->block_table, 4, "block_table");
+    CHECK(check_array(fn, "seq_lens", a->seq_lens, a->num_reqs, 4));
+    CHECK(check_extent(fn, "block_table", a->block_table, a->num_reqs, a->block_table_stride,
+                       a->max_blocks_per_req, 4));
   }
-  if (need_outputs && a->num_reqs > 0) NEED_PTR(a->topk_indices, "topk_indices");
-  return ok();
+  if (need_outputs)
+    CHECK(check_topk_outputs(fn, a->topk_indices, "topk_indices", a->topk_lens, "topk_lens", tokens, a->topk));
+  return DSA_OK;
 }
 
 static dsa_status check_prefill(const char *fn, const dsa_indexer_prefill_args *a, int need_data,
                                 int need_outputs, int *max_len) {
   if (!a) return fail(DSA_ERR_NULL_POINTER, "%s: args is NULL", fn);
-  CHECK(check_query(fn, &a->query, need_data));
-  CHECK(check_cache(fn, &a->cache, need_data));
-  CHECK(check_topk(fn, a->topk));
   if (a->num_tokens < 0) return fail(DSA_ERR_INVALID_VALUE, "%s: num_tokens = %d < 0", fn, a->num_tokens);
-  if (a->num_workspace_rows < 0 || a->num_workspace_rows > INT32_MAX)
-    return fail(DSA_ERR_INVALID_VALUE, "%s: num_workspace_rows = %lld (must be 0..2^31-1)", fn,
-                (long long)a->num_workspace_rows);
+  CHECK(check_query(fn, &a->query, need_data, a->num_tokens));
+  CHECK(check_cache(fn, &a->cache, need_data && a->num_tokens > 0));
+  CHECK(check_topk(fn, a->topk));
+  if (a->num_workspace_rows < 0 || a->num_workspace_rows > DSA_MAX_ROW_LEN)
+    return fail(DSA_ERR_INVALID_VALUE, "%s: num_workspace_rows = %lld (must be 0..DSA_MAX_ROW_LEN = %d)", fn,
+                (long long)a->num_workspace_rows, DSA_MAX_ROW_LEN);
   if (a->max_rows < 0) return fail(DSA_ERR_INVALID_VALUE, "%s: max_rows = %d < 0", fn, a->max_rows);
   *max_len = (int)((a->max_rows > 0 && a->max_rows < a->num_workspace_rows) ? a->max_rows
                                                                               : a->num_workspace_rows);
   if (need_data && a->num_tokens > 0) {
     NEED_PTR(a->row_starts, "row_starts");
     NEED_PTR(a->row_ends, "row_ends");
-    if (a->num_workspace_rows > 0) NEED_PTR(a->kv_workspace_slots, "kv_workspace_slots");
+    NEED_ALIGNED(a->row_starts, 4, "row_starts");
+    NEED_ALIGNED(a->row_ends, 4, "row_ends");
+    CHECK(check_array(fn, "row_starts", a->row_starts, a->num_tokens, 4));
+    CHECK(check_array(fn, "row_ends", a->row_ends, a->num_tokens, 4));
+    if (a->num_workspace_rows > 0) {
+      NEED_PTR(a->kv_workspace_slots, "kv_workspace_slots");
+      NEED_ALIGNED(a->kv_workspace_slots, 8, "kv_workspace_slots");
+      CHECK(check_array(fn, "kv_workspace_slots", a->kv_workspace_slots, a->num_workspace_rows, 8));
+    }
   }
-  if (need_outputs && a->num_tokens > 0) NEED_PTR(a->topk_indices, "topk_indices");
-  return ok();
+  if (need_outputs)
+    CHECK(check_topk_outputs(fn, a->topk_indices, "topk_indices", a->topk_lens, "topk_lens", a->num_tokens,
+                             a->topk));
+  return DSA_OK;
+}
+
+/* A scores-only call's output: tokens rows of max_len floats, scores_stride apart. */
+static dsa_status check_scores_out(const char *fn, const float *scores, int64_t stride, int64_t tokens,
+                                   int max_len) {
+  if (stride < max_len)
+    return fail(DSA_ERR_INVALID_VALUE, "%s: scores_stride = %lld < max length %d", fn, (long long)stride, max_len);
+  if (tokens == 0) return DSA_OK;
+  NEED_PTR(scores, "scores");
+  NEED_ALIGNED(scores, 4, "scores");
+  return check_extent(fn, "scores", scores, tokens, stride, max_len, 4);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -198,6 +286,9 @@ typedef struct {
   size_t total;       /* workspace bytes */
 } indexer_plan;
 
+/* Tokens per launch: as many as fit DSA_SCORE_CAP_ELEMS of scores and DSA_TOPK_ROWS_PER_LAUNCH
+ * rows of top-k scratch, a multiple of `multiple` (one request's MTP tokens stay together), at
+ * least one request. */
 static indexer_plan plan_indexer(int num_tokens, int max_len, int topk, int multiple) {
   indexer_plan p;
   p.stride = ((int64_t)max_len + 3) & ~(int64_t)3;
@@ -209,7 +300,7 @@ static indexer_plan plan_indexer(int num_tokens, int max_len, int topk, int mult
   if (chunk < multiple) chunk = multiple;
   p.chunk = (int)chunk;
   p.score_bytes = max_len > topk ? round256((size_t)p.stride * (size_t)chunk * 4) : 0;
-  p.total = p.score_bytes + dsa_topk_workspace_impl(p.chunk, topk);
+  p.total = p.score_bytes + dsa_topk_ws_layout(p.chunk).total;
   return p;
 }
 
@@ -245,23 +336,25 @@ static dsa_status run_indexer(const char *fn, const dsa_indexer_query *q, const 
                               int32_t *lens, const indexer_plan *plan, void *ws, size_t ws_bytes,
                               cudaStream_t stream) {
   CHECK(check_workspace(fn, ws, ws_bytes, plan->total));
+  int sms = 0;
+  CHECK(need_device(fn, &sms));
   float *scores = (float *)ws;
   void *topk_ws = (char *)ws + plan->score_bytes;
-  for (int t0 = 0; t0 < num_tokens; t0 += plan->chunk) {
-    const int n = num_tokens - t0 < plan->chunk ? num_tokens - t0 : plan->chunk;
-    rows.token_begin = t0;
+  for (int64_t t0 = 0; t0 < num_tokens; t0 += plan->chunk) {
+    const int n = (int)(num_tokens - t0 < plan->chunk ? num_tokens - t0 : plan->chunk);
+    rows.token_begin = (int)t0;
     if (max_len > topk) {
       dsa_scores_params sp;
       memset(&sp, 0, sizeof sp);
       sp.q = *q;
       sp.cache = *c;
       sp.rows = rows;
+      sp.num_sms = sms;
       sp.num_tokens = n;
       sp.skip_len = topk;
       sp.scores = scores;
       sp.scores_stride = plan->stride;
-      int err = dsa_indexer_scores_launch(&sp, stream);
-      if (err) return cuda_status(fn, err);
+      CHECK(cuda_status(fn, dsa_indexer_scores_launch(&sp, stream)));
     }
     dsa_topk_params tp;
     memset(&tp, 0, sizeof tp);
@@ -272,10 +365,9 @@ static dsa_status run_indexer(const char *fn, const dsa_indexer_query *q, const 
     tp.topk = topk;
     tp.out = out + (size_t)t0 * topk;
     tp.out_lens = lens ? lens + t0 : NULL;
-    int err = dsa_topk_launch(&tp, topk_ws, stream);
-    if (err) return cuda_status(fn, err);
+    CHECK(cuda_status(fn, dsa_topk_launch(&tp, topk_ws, stream)));
   }
-  return ok();
+  return DSA_OK;
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -288,7 +380,7 @@ dsa_status dsa_indexer_decode_workspace_size(const dsa_indexer_decode_args *a, s
   CHECK(check_decode(fn, a, 0, 0, &max_len));
   const int tokens = a->num_reqs * a->q_len_per_req;
   *bytes = tokens ? plan_indexer(tokens, max_len, a->topk, a->q_len_per_req).total : 0;
-  return ok();
+  return DSA_OK;
 }
 
 dsa_status dsa_indexer_decode(const dsa_indexer_decode_args *a, void *ws, size_t ws_bytes,
@@ -297,7 +389,7 @@ dsa_status dsa_indexer_decode(const dsa_indexer_decode_args *a, void *ws, size_t
   int max_len = 0;
   CHECK(check_decode(fn, a, 1, 1, &max_len));
   const int tokens = a->num_reqs * a->q_len_per_req;
-  if (tokens == 0) return ok();
+  if (tokens == 0) return DSA_OK;
   const indexer_plan plan = plan_indexer(tokens, max_len, a->topk, a->q_len_per_req);
   dsa_rows rows;
   rows_from_decode(&rows, a, max_len);
@@ -311,7 +403,7 @@ dsa_status dsa_indexer_prefill_workspace_size(const dsa_indexer_prefill_args *a,
   if (!bytes) return fail(DSA_ERR_NULL_POINTER, "%s: bytes is NULL", fn);
   CHECK(check_prefill(fn, a, 0, 0, &max_len));
   *bytes = a->num_tokens ? plan_indexer(a->num_tokens, max_len, a->topk, 1).total : 0;
-  return ok();
+  return DSA_OK;
 }
 
 dsa_status dsa_indexer_prefill(const dsa_indexer_prefill_args *a, void *ws, size_t ws_bytes,
@@ -319,7 +411,7 @@ dsa_status dsa_indexer_prefill(const dsa_indexer_prefill_args *a, void *ws, size
   const char *fn = "dsa_indexer_prefill";
   int max_len = 0;
   CHECK(check_prefill(fn, a, 1, 1, &max_len));
-  if (a->num_tokens == 0) return ok();
+  if (a->num_tokens == 0) return DSA_OK;
   const indexer_plan plan = plan_indexer(a->num_tokens, max_len, a->topk, 1);
   dsa_rows rows;
   rows_from_prefill(&rows, a, max_len);
@@ -331,22 +423,24 @@ dsa_status dsa_indexer_prefill(const dsa_indexer_prefill_args *a, void *ws, size
 static dsa_status run_scores(const char *fn, const dsa_indexer_query *q, const dsa_index_k_cache *c,
                              dsa_rows rows, int num_tokens, int multiple, int skip_len, float *scores,
                              int64_t stride, cudaStream_t stream) {
+  int sms = 0;
+  CHECK(need_device(fn, &sms));
   const int per = DSA_SCORE_TOKENS_PER_LAUNCH - DSA_SCORE_TOKENS_PER_LAUNCH % multiple;
-  for (int t0 = 0; t0 < num_tokens; t0 += per) {
+  for (int64_t t0 = 0; t0 < num_tokens; t0 += per) {
     dsa_scores_params sp;
     memset(&sp, 0, sizeof sp);
     sp.q = *q;
     sp.cache = *c;
     sp.rows = rows;
-    sp.rows.token_begin = t0;
-    sp.num_tokens = num_tokens - t0 < per ? num_tokens - t0 : per;
+    sp.rows.token_begin = (int)t0;
+    sp.num_sms = sms;
+    sp.num_tokens = (int)(num_tokens - t0 < per ? num_tokens - t0 : per);
     sp.skip_len = skip_len;
-    sp.scores = scores + (size_t)t0 * stride;
+    sp.scores = scores + t0 * stride;
     sp.scores_stride = stride;
-    int err = dsa_indexer_scores_launch(&sp, stream);
-    if (err) return cuda_status(fn, err);
+    CHECK(cuda_status(fn, dsa_indexer_scores_launch(&sp, stream)));
   }
-  return ok();
+  return DSA_OK;
 }
 
 dsa_status dsa_indexer_decode_scores(const dsa_indexer_decode_scores_args *a, cudaStream_t stream) {
@@ -355,12 +449,8 @@ dsa_status dsa_indexer_decode_scores(const dsa_indexer_decode_scores_args *a, cu
   if (!a) return fail(DSA_ERR_NULL_POINTER, "%s: args is NULL", fn);
   CHECK(check_decode(fn, &a->decode, 1, 0, &max_len));
   const int tokens = a->decode.num_reqs * a->decode.q_len_per_req;
-  if (tokens == 0) return ok();
-  NEED_PTR(a->scores, "scores");
-  if (a->scores_stride < max_len)
-    return fail(DSA_ERR_INVALID_VALUE, "%s: scores_stride = %lld < max length %d", fn,
-                (long long)a->scores_stride, max_len);
-  if (misaligned(a->scores, 4)) return fail(DSA_ERR_MISALIGNED, "%s: scores must be 4-byte aligned", fn);
+  CHECK(check_scores_out(fn, a->scores, a->scores_stride, tokens, max_len));
+  if (tokens == 0) return DSA_OK;
   dsa_rows rows;
   rows_from_decode(&rows, &a->decode, max_len);
   return run_scores(fn, &a->decode.query, &a->decode.cache, rows, tokens, a->decode.q_len_per_req,
@@ -372,12 +462,8 @@ dsa_status dsa_indexer_prefill_scores(const dsa_indexer_prefill_scores_args *a, 
   int max_len = 0;
   if (!a) return fail(DSA_ERR_NULL_POINTER, "%s: args is NULL", fn);
   CHECK(check_prefill(fn, &a->prefill, 1, 0, &max_len));
-  if (a->prefill.num_tokens == 0) return ok();
-  NEED_PTR(a->scores, "scores");
-  if (a->scores_stride < max_len)
-    return fail(DSA_ERR_INVALID_VALUE, "%s: scores_stride = %lld < max length %d", fn,
-                (long long)a->scores_stride, max_len);
-  if (misaligned(a->scores, 4)) return fail(DSA_ERR_MISALIGNED, "%s: scores must be 4-byte aligned", fn);
+  CHECK(check_scores_out(fn, a->scores, a->scores_stride, a->prefill.num_tokens, max_len));
+  if (a->prefill.num_tokens == 0) return DSA_OK;
   dsa_rows rows;
   rows_from_prefill(&rows, &a->prefill, max_len);
   return run_scores(fn, &a->prefill.query, &a->prefill.cache, rows, a->prefill.num_tokens, 1,
@@ -391,17 +477,19 @@ static dsa_status check_plain_topk(const char *fn, const dsa_topk_args *a, int n
   if (!a) return fail(DSA_ERR_NULL_POINTER, "%s: args is NULL", fn);
   CHECK(check_topk(fn, a->topk));
   if (a->num_rows < 0) return fail(DSA_ERR_INVALID_VALUE, "%s: num_rows = %d < 0", fn, a->num_rows);
-  if (a->max_len < 0) return fail(DSA_ERR_INVALID_VALUE, "%s: max_len = %d < 0", fn, a->max_len);
+  if (a->max_len < 0 || a->max_len > DSA_MAX_ROW_LEN)
+    return fail(DSA_ERR_INVALID_VALUE, "%s: max_len = %d (must be 0..DSA_MAX_ROW_LEN = %d)", fn, a->max_len,
+                DSA_MAX_ROW_LEN);
   if (a->scores_stride < a->max_len)
     return fail(DSA_ERR_INVALID_VALUE, "%s: scores_stride = %lld < max_len = %d", fn,
                 (long long)a->scores_stride, a->max_len);
-  if (need_data && a->num_rows > 0) {
-    if (a->max_len > 0) NEED_PTR(a->scores, "scores");
-    NEED_PTR(a->indices, "indices");
-    if (a->scores && misaligned(a->scores, 4))
-      return fail(DSA_ERR_MISALIGNED, "%s: scores must be 4-byte aligned", fn);
-  }
-  return ok();
+  if (!need_data || a->num_rows == 0) return DSA_OK;
+  if (a->max_len > 0) NEED_PTR(a->scores, "scores");
+  NEED_ALIGNED(a->scores, 4, "scores");
+  NEED_ALIGNED(a->row_lens, 4, "row_lens");
+  CHECK(check_extent(fn, "scores", a->scores, a->num_rows, a->scores_stride, a->max_len, 4));
+  if (a->row_lens) CHECK(check_array(fn, "row_lens", a->row_lens, a->num_rows, 4));
+  return check_topk_outputs(fn, a->indices, "indices", a->lens, "lens", a->num_rows, a->topk);
 }
 
 static int plain_rows_per_launch(const dsa_topk_args *a) {
@@ -412,33 +500,34 @@ dsa_status dsa_topk_workspace_size(const dsa_topk_args *a, size_t *bytes) {
   const char *fn = "dsa_topk_workspace_size";
   if (!bytes) return fail(DSA_ERR_NULL_POINTER, "%s: bytes is NULL", fn);
   CHECK(check_plain_topk(fn, a, 0));
-  *bytes = dsa_topk_workspace_impl(plain_rows_per_launch(a), a->topk);
-  return ok();
+  *bytes = dsa_topk_ws_layout(plain_rows_per_launch(a)).total;
+  return DSA_OK;
 }
 
 dsa_status dsa_topk(const dsa_topk_args *a, void *ws, size_t ws_bytes, cudaStream_t stream) {
   const char *fn = "dsa_topk";
   CHECK(check_plain_topk(fn, a, 1));
-  if (a->num_rows == 0) return ok();
+  if (a->num_rows == 0) return DSA_OK;
   const int per = plain_rows_per_launch(a);
-  CHECK(check_workspace(fn, ws, ws_bytes, dsa_topk_workspace_impl(per, a->topk)));
-  for (int r0 = 0; r0 < a->num_rows; r0 += per) {
+  CHECK(check_workspace(fn, ws, ws_bytes, dsa_topk_ws_layout(per).total));
+  int sms = 0;
+  CHECK(need_device(fn, &sms));
+  for (int64_t r0 = 0; r0 < a->num_rows; r0 += per) {
     dsa_topk_params tp;
     memset(&tp, 0, sizeof tp);
     tp.rows.mode = DSA_ROWS_PLAIN;
     tp.rows.max_len = a->max_len;
     tp.rows.row_lens = a->row_lens;
-    tp.rows.token_begin = r0;
-    tp.scores = a->scores + (size_t)r0 * a->scores_stride;
+    tp.rows.token_begin = (int)r0;
+    tp.scores = a->scores ? a->scores + r0 * a->scores_stride : NULL;
     tp.scores_stride = a->scores_stride;
-    tp.num_tokens = a->num_rows - r0 < per ? a->num_rows - r0 : per;
+    tp.num_tokens = (int)(a->num_rows - r0 < per ? a->num_rows - r0 : per);
     tp.topk = a->topk;
-    tp.out = a->indices + (size_t)r0 * a->topk;
+    tp.out = a->indices + r0 * a->topk;
     tp.out_lens = a->lens ? a->lens + r0 : NULL;
-    int err = dsa_topk_launch(&tp, ws, stream);
-    if (err) return cuda_status(fn, err);
+    CHECK(cuda_status(fn, dsa_topk_launch(&tp, ws, stream)));
   }
-  return ok();
+  return DSA_OK;
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -461,33 +550,48 @@ static dsa_status check_mla(const char *fn, const dsa_sparse_mla_args *a, int ne
     return fail(DSA_ERR_INVALID_VALUE, "%s: kv_stride = %lld (bf16 rows need >= 576, a multiple of 8)", fn,
                 (long long)a->kv_stride);
   if (!isfinite(a->softmax_scale)) return fail(DSA_ERR_INVALID_VALUE, "%s: softmax_scale is not finite", fn);
-  if (!need_data || a->num_tokens == 0) return ok();
+  if (!need_data || a->num_tokens == 0) return DSA_OK;
   NEED_PTR(a->q, "q");
   NEED_PTR(a->kv_cache, "kv_cache");
   NEED_PTR(a->indices, "indices");
   NEED_PTR(a->out, "out");
-  if (misaligned(a->q, 16)) return fail(DSA_ERR_MISALIGNED, "%s: q = %p must be 16-byte aligned", fn, a->q);
-  if (misaligned(a->kv_cache, 16))
-    return fail(DSA_ERR_MISALIGNED, "%s: kv_cache = %p must be 16-byte aligned", fn, a->kv_cache);
-  if (misaligned(a->out, 16)) return fail(DSA_ERR_MISALIGNED, "%s: out = %p must be 16-byte aligned", fn, a->out);
-  if (misaligned(a->indices, 4)) return fail(DSA_ERR_MISALIGNED, "%s: indices must be 4-byte aligned", fn);
-  return ok();
+  NEED_ALIGNED(a->q, 16, "q");
+  NEED_ALIGNED(a->kv_cache, 16, "kv_cache");
+  NEED_ALIGNED(a->out, 16, "out");
+  NEED_ALIGNED(a->indices, 4, "indices");
+  NEED_ALIGNED(a->lens, 4, "lens");
+  NEED_ALIGNED(a->lse, 4, "lse");
+  const int64_t rows = (int64_t)a->num_tokens * a->num_heads;
+  CHECK(check_array(fn, "q", a->q, rows * DSA_MLA_QK_DIM, 2));
+  if (a->kv_format == DSA_KV_BF16)
+    CHECK(check_extent(fn, "kv_cache", a->kv_cache, a->num_slots, a->kv_stride, DSA_MLA_QK_DIM, 2));
+  else
+    CHECK(check_array(fn, "kv_cache", a->kv_cache, a->num_slots, DSA_MLA_FP8_SLOT_BYTES));
+  CHECK(check_extent(fn, "indices", a->indices, a->num_tokens, a->indices_stride, a->topk, 4));
+  if (a->lens) CHECK(check_array(fn, "lens", a->lens, a->num_tokens, 4));
+  CHECK(check_array(fn, "out", a->out, rows * DSA_MLA_V_DIM, 2));
+  if (a->lse) CHECK(check_array(fn, "lse", a->lse, rows, 4));
+  return DSA_OK;
 }
 
 dsa_status dsa_sparse_mla_workspace_size(const dsa_sparse_mla_args *a, size_t *bytes) {
   const char *fn = "dsa_sparse_mla_workspace_size";
   if (!bytes) return fail(DSA_ERR_NULL_POINTER, "%s: bytes is NULL", fn);
   CHECK(check_mla(fn, a, 0));
-  *bytes = a->num_tokens ? dsa_sparse_mla_workspace_impl(a) : 0;
-  return ok();
+  *bytes = dsa_mla_workspace_bound(a);
+  return DSA_OK;
 }
 
 dsa_status dsa_sparse_mla(const dsa_sparse_mla_args *a, void *ws, size_t ws_bytes, cudaStream_t stream) {
   const char *fn = "dsa_sparse_mla";
   CHECK(check_mla(fn, a, 1));
-  if (a->num_tokens == 0) return ok();
-  CHECK(check_workspace(fn, ws, ws_bytes, dsa_sparse_mla_workspace_impl(a)));
-  return cuda_status(fn, dsa_sparse_mla_launch(a, ws, stream));
+  if (a->num_tokens == 0) return DSA_OK;
+  /* Checked against the size the query reports (every device's plan fits it). */
+  CHECK(check_workspace(fn, ws, ws_bytes, dsa_mla_workspace_bound(a)));
+  int sms = 0;
+  CHECK(need_device(fn, &sms));
+  const dsa_mla_plan plan = dsa_mla_make_plan(a, sms);
+  return cuda_status(fn, dsa_sparse_mla_launch(a, &plan, ws, stream));
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -501,13 +605,17 @@ dsa_status dsa_index_k_store(const dsa_index_k_store_args *a, cudaStream_t strea
     return fail(DSA_ERR_INVALID_VALUE, "%s: k_stride = %lld < %d", fn, (long long)a->k_stride, DSA_INDEX_HEAD_DIM);
   dsa_index_k_cache c = {a->cache, a->num_pages, a->page_size};
   CHECK(check_cache(fn, &c, a->num_tokens > 0));
-  if (a->num_tokens == 0) return ok();
+  if (a->num_tokens == 0) return DSA_OK;
   NEED_PTR(a->k, "k");
   NEED_PTR(a->slot_mapping, "slot_mapping");
   if (misaligned(a->k, 16) || a->k_stride % 8)
     return fail(DSA_ERR_MISALIGNED, "%s: k = %p and k_stride = %lld must give 16-byte aligned rows", fn, a->k,
                 (long long)a->k_stride);
-  if (misaligned(a->slot_mapping, 8)) return fail(DSA_ERR_MISALIGNED, "%s: slot_mapping must be 8-byte aligned", fn);
+  NEED_ALIGNED(a->slot_mapping, 8, "slot_mapping");
+  CHECK(check_extent(fn, "k", a->k, a->num_tokens, a->k_stride, DSA_INDEX_HEAD_DIM, 2));
+  CHECK(check_array(fn, "slot_mapping", a->slot_mapping, a->num_tokens, 8));
+  int sms = 0;
+  CHECK(need_device(fn, &sms));
   return cuda_status(fn, dsa_index_k_store_launch(a, stream));
 }
 
@@ -523,14 +631,22 @@ dsa_status dsa_mla_kv_store(const dsa_mla_kv_store_args *a, cudaStream_t stream)
   if (a->kv_format == DSA_KV_BF16 && (a->cache_stride < DSA_MLA_QK_DIM || a->cache_stride % 8))
     return fail(DSA_ERR_INVALID_VALUE, "%s: cache_stride = %lld (bf16 rows need >= 576, a multiple of 8)", fn,
                 (long long)a->cache_stride);
-  if (a->num_tokens == 0) return ok();
+  if (a->num_tokens == 0) return DSA_OK;
   NEED_PTR(a->kv, "kv");
   NEED_PTR(a->slot_mapping, "slot_mapping");
   NEED_PTR(a->cache, "cache");
   if (misaligned(a->kv, 16) || a->kv_stride % 8)
     return fail(DSA_ERR_MISALIGNED, "%s: kv = %p and kv_stride = %lld must give 16-byte aligned rows", fn, a->kv,
                 (long long)a->kv_stride);
-  if (misaligned(a->cache, 16)) return fail(DSA_ERR_MISALIGNED, "%s: cache must be 16-byte aligned", fn);
-  if (misaligned(a->slot_mapping, 8)) return fail(DSA_ERR_MISALIGNED, "%s: slot_mapping must be 8-byte aligned", fn);
+  NEED_ALIGNED(a->cache, 16, "cache");
+  NEED_ALIGNED(a->slot_mapping, 8, "slot_mapping");
+  CHECK(check_extent(fn, "kv", a->kv, a->num_tokens, a->kv_stride, DSA_MLA_QK_DIM, 2));
+  CHECK(check_array(fn, "slot_mapping", a->slot_mapping, a->num_tokens, 8));
+  if (a->kv_format == DSA_KV_BF16)
+    CHECK(check_extent(fn, "cache", a->cache, a->num_slots, a->cache_stride, DSA_MLA_QK_DIM, 2));
+  else
+    CHECK(check_array(fn, "cache", a->cache, a->num_slots, DSA_MLA_FP8_SLOT_BYTES));
+  int sms = 0;
+  CHECK(need_device(fn, &sms));
   return cuda_status(fn, dsa_mla_kv_store_launch(a, stream));
 }

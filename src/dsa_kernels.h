@@ -1,23 +1,65 @@
 /*
  * dsa_kernels.h — the internal seam between the host API layer (dsa.c: validation, workspace
  * carving, dispatch) and the per-stage CUDA files. Every launcher here receives arguments that
- * dsa.c has already validated, launches on the given stream, and returns a cudaError_t as int
- * (0 = cudaSuccess). No launcher allocates or synchronises.
+ * dsa.c has already validated (pointers aligned, extents that do not overflow, lengths within
+ * DSA_MAX_ROW_LEN, per-launch counts within the DSA_*_PER_LAUNCH caps of config.h), launches on
+ * the given stream, and returns the launch's own cudaError_t as int (0 = cudaSuccess): never an
+ * error the caller left pending. No launcher allocates or synchronises.
+ *
+ * The seam is also where the CI build cuts: tests/stub_kernels.c implements every function here
+ * without CUDA, checks these preconditions and records the launches, so that the chunk loops of
+ * dsa.c run (and are fuzzed) on a machine without a GPU.
  */
 #ifndef DSA_KERNELS_H
 #define DSA_KERNELS_H
 
+#include "config.h"
 #include "dsa.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* ---- device.c: the CUDA runtime facts the host layer needs ---- */
+typedef struct {
+  int ordinal;      /* the current device */
+  int num_sms;      /* its multiprocessor count */
+  int cc_major, cc_minor;
+} dsa_device_info;
+/* The current device's facts (cached per device after the first query). Returns a cudaError_t. */
+int dsa_device_query(dsa_device_info *info);
+/* 1 when a CUDA error means "no usable device" (none, driver too old, no kernel image). */
+int dsa_cuda_error_is_no_device(int err);
+const char *dsa_cuda_error_string(int err);
+
+/* ---- plan.c: host-only planning shared by the real launchers and the stubs ---- */
+/* Sparse MLA: one CTA per (token, head group of 16*mt heads, split of the index list). */
+typedef struct {
+  int mt;               /* m-tiles of 16 heads per CTA: 1, 2 or 4 */
+  int groups;           /* head groups per token */
+  int num_blocks;       /* MLA_BLOCK_N-entry blocks of topk */
+  int splits;           /* CTAs per (token, group); > 1 needs the workspace and a combine */
+  int blocks_per_split;
+} dsa_mla_plan;
+dsa_mla_plan dsa_mla_make_plan(const dsa_sparse_mla_args *a, int num_sms);
+/* Scratch bytes a plan needs: the split partials (0 for one split). */
+size_t dsa_mla_plan_workspace(const dsa_sparse_mla_args *a, const dsa_mla_plan *pl);
+/* What dsa_sparse_mla_workspace_size reports: the most any plan for <= DSA_PLAN_MAX_SMS SMs
+ * needs, so it is known without a device and holds on every sm_90 part. */
+size_t dsa_mla_workspace_bound(const dsa_sparse_mla_args *a);
+
+/* Top-k scratch for num_rows rows at once (bounded per row), and where its parts start. */
+typedef struct {
+  size_t hist_off;   /* [rows][TK_HDR] uint32 */
+  size_t above_off;  /* [rows][DSA_MAX_TOPK] int32 */
+  size_t cand_off;   /* [rows][TK_CAND_CAP] int32 */
+  size_t total;
+} dsa_topk_layout;
+dsa_topk_layout dsa_topk_ws_layout(int num_rows);
+
 /* ---- sparse_mla.cu ---- */
-/* Scratch bytes the attention call needs for these sizes (host-only arithmetic, no device query;
- * bounded independently of num_tokens). */
-size_t dsa_sparse_mla_workspace_impl(const dsa_sparse_mla_args *a);
-int dsa_sparse_mla_launch(const dsa_sparse_mla_args *a, void *workspace, cudaStream_t stream);
+int dsa_sparse_mla_launch(const dsa_sparse_mla_args *a, const dsa_mla_plan *plan, void *workspace,
+                          cudaStream_t stream);
 
 /* ---- cache_store.cu ---- */
 int dsa_index_k_store_launch(const dsa_index_k_store_args *a, cudaStream_t stream);
@@ -36,7 +78,7 @@ typedef enum {
 typedef struct {
   dsa_rows_mode mode;
   int token_begin;
-  int max_len;                   /* clamp on every L (host bound; = scores row capacity) */
+  int max_len;                   /* clamp on every L (host bound <= DSA_MAX_ROW_LEN; = scores row capacity) */
   /* plain */
   const int32_t *row_lens;       /* may be NULL: every row has max_len */
   /* decode */
@@ -61,6 +103,7 @@ typedef struct {
   dsa_indexer_query q;
   dsa_index_k_cache cache;
   dsa_rows rows;
+  int num_sms;             /* of the current device: sizes the grid */
   int num_tokens;          /* tokens in this launch: token_begin .. token_begin + num_tokens */
   int skip_len;            /* tokens with L <= skip_len are not scored (-1: score all) */
   float *scores;           /* row of launch-token i at scores + i * scores_stride */
@@ -78,8 +121,7 @@ typedef struct {
   int32_t *out;            /* row of launch-token i at out + i * topk */
   int32_t *out_lens;       /* may be NULL; indexed like out */
 } dsa_topk_params;
-/* Scratch for num_rows rows at once (bounded per row). */
-size_t dsa_topk_workspace_impl(int num_rows, int topk);
+/* workspace: dsa_topk_ws_layout(num_tokens).total bytes. */
 int dsa_topk_launch(const dsa_topk_params *p, void *workspace, cudaStream_t stream);
 
 #ifdef __cplusplus

@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "dsa_kernels.h"
+#include "launch.cuh"
 #include "rows.cuh"
 
 #define SC_WARPS 8
@@ -380,23 +381,21 @@ __global__ void __launch_bounds__(SC_THREADS, ONE ? 2 : 1)
 
 template <int HP, int NS, bool ONE>
 static cudaError_t sc_launch_t(const dsa_scores_params *p, dim3 grid, int T, int tpc, cudaStream_t stream) {
-  const size_t smem = sc_smem_bytes(T, HP, NS);
-  cudaError_t err = cudaFuncSetAttribute(indexer_scores_kernel<HP, NS, ONE>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-  if (err != cudaSuccess) return err;
-  indexer_scores_kernel<HP, NS, ONE><<<grid, SC_THREADS, smem, stream>>>(*p, T, tpc);
-  return cudaGetLastError();
+  static dsa_smem_cache cache;
+  return dsa_launch_smem(indexer_scores_kernel<HP, NS, ONE>, &cache, grid, SC_THREADS, sc_smem_bytes(T, HP, NS), stream,
+                         false, *p, T, tpc);
 }
 
 #define SC_SMEM_LIMIT (227 * 1024)
 
+/* max_x <= DSA_MAX_ROW_LEN (dsa.c): tile arithmetic in the kernel stays inside int. */
 static int sc_launch(const dsa_scores_params *p, int T, int HP, int groups, int max_x,
                      cudaStream_t stream) {
-  const int total_tiles = (max_x + SC_TILE - 1) / SC_TILE;
+  const int total_tiles = (int)(((int64_t)max_x + SC_TILE - 1) / SC_TILE);
   if (total_tiles == 0 || groups == 0) return 0;
-  /* Enough CTAs to fill the 132 SMs several times over; with a big token group the q staging is
+  /* Enough CTAs to fill the SMs several times over; with a big token group the q staging is
    * worth amortising over more tiles per CTA, so aim for fewer waves. */
-  const long long want = 132 * ((long long)T * HP >= 256 ? 2 : 8);
+  const long long want = (long long)(p->num_sms > 0 ? p->num_sms : 132) * ((long long)T * HP >= 256 ? 2 : 8);
   int tpc = (int)(((long long)total_tiles * groups + want - 1) / want);
   if (tpc < 1) tpc = 1;
   if (tpc > 32) tpc = 32;
@@ -424,9 +423,8 @@ extern "C" int dsa_indexer_scores_launch(const dsa_scores_params *p, cudaStream_
     const int n = p->rows.q_len_per_req;
     return sc_launch(p, n, HP, p->num_tokens / n, p->rows.max_len, stream);
   }
-  /* Prefill: key coordinates are workspace rows. */
+  /* Prefill: key coordinates are workspace rows (<= DSA_MAX_ROW_LEN). */
   const int T = HP == 32 ? SC_MAX_T : SC_SMALL_T;
   const int groups = (p->num_tokens + T - 1) / T;
-  const long long W = p->rows.num_ws_rows;
-  return sc_launch(p, T, HP, groups, (int)W, stream);
+  return sc_launch(p, T, HP, groups, (int)p->rows.num_ws_rows, stream);
 }

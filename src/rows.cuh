@@ -54,17 +54,22 @@ static __device__ __forceinline__ int rows_begin(const dsa_rows &r, int t) {
 }
 
 /* Index-K slot of key coordinate x seen by launch-token t, or -1 if its page / slot lies outside
- * the cache. x must be < rows_begin + rows_len (the caller guarantees it). */
+ * the cache. Callers pass x < rows_begin + rows_len; the range is checked here anyway (one compare)
+ * so that a length re-read after an aliasing output changed it can never index past the block
+ * table row or the workspace. */
 static __device__ __forceinline__ long long rows_key_slot(const dsa_rows &r, int t, int x) {
+  if (x < 0) return -1;
   if (r.mode == DSA_ROWS_DECODE) {
     const int req = (r.token_begin + t) / r.q_len_per_req;
     int in_page;
     const int col = div_page(x, r.page_size, &in_page);
+    if (col >= r.max_blocks) return -1;
     const int page = r.block_table[(long long)req * r.block_table_stride + col];
     if (page < 0 || page >= r.num_pages) return -1;
     return (long long)page * r.page_size + in_page;
   }
   if (r.mode == DSA_ROWS_PREFILL) {
+    if (x >= r.num_ws_rows) return -1;
     const long long s = r.ws_slots[x];
     if (s < 0 || s >= r.num_pages * (long long)r.page_size) return -1;
     return s;
@@ -76,7 +81,8 @@ static __device__ __forceinline__ long long rows_key_slot(const dsa_rows &r, int
 static __device__ __forceinline__ int rows_output(const dsa_rows &r, int t, int i) {
   if (r.mode == DSA_ROWS_DECODE) return (int)rows_key_slot(r, t, i);
   if (r.mode == DSA_ROWS_PREFILL) {
-    const int w = rows_begin(r, t) + i;
+    const int w = rows_begin(r, t) + i; /* both <= DSA_MAX_ROW_LEN: no overflow */
+    if (w >= r.num_ws_rows) return -1;
     return r.output_global_slots ? (int)rows_key_slot(r, t, w) : w;
   }
   return i;

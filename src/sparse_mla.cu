@@ -47,19 +47,19 @@
 #include <math.h>
 
 #include "dsa_kernels.h"
+#include "launch.cuh"
 
 #define MLA_QK_DIM 576
-#define MLA_V_DIM 512
+#define MLA_V_DIM MLA_OUT_DIM     /* config.h */
 #define MLA_ROW_BYTES 1152       /* one bf16 row of 576 in shared memory */
 #define MLA_ROW_CHUNKS 72        /* 16-byte chunks in that row */
-#define MLA_BLOCK_N 64           /* entries per chunk (and per split block) */
+/* MLA_BLOCK_N (entries per chunk and per split block): config.h, shared with the split plan. */
 #define MLA_THREADS 256
 #define MLA_FP8_ROW_BYTES 656
 #define MLA_FP8_ROW_CHUNKS 41    /* 656 / 16 */
 #define MLA_FP8_SCALE_OFF 512
 #define MLA_FP8_ROPE_OFF 528
 #define MLA_SROW 72              /* floats per S row in shared memory (64 + 8: conflict-free float2) */
-#define MLA_NUM_SMS 132          /* H200; the split plan uses sizes only, never a device query */
 #define MLA_LOG2E 1.4426950408889634f
 #define MLA_LN2 0.6931471805599453f
 #define MLA_NEG_INF (-INFINITY)
@@ -658,93 +658,28 @@ __global__ void __launch_bounds__(MLA_COMBINE_THREADS) sparse_mla_combine_kernel
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Host side: the split plan (sizes only), workspace size, launches.
+ * Host side: launches for a split plan made by plan.c (dsa_mla_make_plan).
  */
-typedef struct {
-  int mt;               /* m-tiles of 16 heads per CTA: 1, 2 or 4 */
-  int groups;           /* head groups per token */
-  int num_blocks;       /* 64-entry blocks of topk */
-  int splits;
-  int blocks_per_split;
-} mla_plan;
-
-/* Heads per CTA: up to 64 with FP8 KV, 32 with bf16 KV (two bf16 tiles + 64 Q rows exceed 227 KB).
- * Splits: only while the grid is under one wave of 132 CTAs (one resident CTA per SM: every
- * configuration uses > 114 KB of shared memory) and at most 2 x 132 CTAs in all (bounds the
- * workspace); among those, the fewest waves x (blocks per split + 1) (+1 for the combine). */
-static mla_plan mla_make_plan(const dsa_sparse_mla_args *a) {
-  mla_plan pl;
-  const int H = a->num_heads;
-  pl.mt = H <= 16 ? 1 : ((H <= 32 || a->kv_format != DSA_KV_FP8_PACKED) ? 2 : 4);
-  pl.groups = (H + 16 * pl.mt - 1) / (16 * pl.mt);
-  pl.num_blocks = (a->topk + MLA_BLOCK_N - 1) / MLA_BLOCK_N;
-  pl.splits = 1;
-  pl.blocks_per_split = pl.num_blocks;
-  const int64_t units = (int64_t)(a->num_tokens > 0 ? a->num_tokens : 1) * pl.groups;
-  const int64_t slots = MLA_NUM_SMS;
-  if (units >= slots) return pl;
-  int64_t best_cost = INT64_MAX;
-  for (int s = 1; s <= pl.num_blocks; ++s) {
-    const int bps = (pl.num_blocks + s - 1) / s;
-    if ((pl.num_blocks + bps - 1) / bps != s) continue; /* same plan as a smaller s */
-    if (s > 1 && units * s > 2 * slots) continue;
-    const int64_t waves = (units * s + slots - 1) / slots;
-    const int64_t cost = waves * (bps + 1) + (s > 1 ? 1 : 0);
-    if (cost < best_cost) {
-      best_cost = cost;
-      pl.splits = s;
-      pl.blocks_per_split = bps;
-    }
-  }
-  return pl;
-}
-
-extern "C" size_t dsa_sparse_mla_workspace_impl(const dsa_sparse_mla_args *a) {
-  if (a->num_tokens <= 0) return 0;
-  const mla_plan pl = mla_make_plan(a);
-  if (pl.splits <= 1) return 0;
-  /* o_part [splits, T, H, 512] fp32, then ml_part [splits, T, H] float2 */
-  return (size_t)pl.splits * (size_t)a->num_tokens * (size_t)a->num_heads *
-         (MLA_V_DIM * sizeof(float) + sizeof(float2));
-}
-
-static cudaError_t mla_launch_pdl(const void *func, unsigned grid, unsigned block, size_t smem,
-                                  cudaStream_t stream, void **args) {
-  cudaLaunchConfig_t cfg;
-  cudaLaunchAttribute attr[1];
-  cfg.gridDim = dim3(grid, 1, 1);
-  cfg.blockDim = dim3(block, 1, 1);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelExC(&cfg, func, args);
-}
-
 template <int MT, bool FP8>
 static cudaError_t mla_launch_fwd(mla_fwd_params prm, int64_t num_tokens, cudaStream_t stream) {
-  const void *func = (const void *)sparse_mla_fwd_kernel<MT, FP8>;
+  static dsa_smem_cache cache;
   const int smem = mla_cfg<MT, FP8>::SMEM_BYTES;
-  cudaError_t err = cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (err != cudaSuccess) return err;
+  cudaError_t err = cudaSuccess;
   const int64_t per_token = (int64_t)prm.num_groups * prm.splits;
   const int64_t max_tokens = (int64_t)0x7fffffff / per_token; /* gridDim.x limit */
   for (int64_t t0 = 0; t0 < num_tokens; t0 += max_tokens) {
     const int64_t nt = num_tokens - t0 < max_tokens ? num_tokens - t0 : max_tokens;
     prm.token_offset = t0;
-    void *args[] = {&prm};
-    err = mla_launch_pdl(func, (unsigned)(nt * per_token), MLA_THREADS, smem, stream, args);
+    err = dsa_launch_smem(sparse_mla_fwd_kernel<MT, FP8>, &cache, dim3((unsigned)(nt * per_token)), MLA_THREADS, smem,
+                          stream, true, prm);
     if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
-extern "C" int dsa_sparse_mla_launch(const dsa_sparse_mla_args *a, void *workspace,
-                                     cudaStream_t stream) {
+extern "C" int dsa_sparse_mla_launch(const dsa_sparse_mla_args *a, const dsa_mla_plan *pl,
+                                     void *workspace, cudaStream_t stream) {
   if (a->num_tokens <= 0) return 0;
-  const mla_plan pl = mla_make_plan(a);
   const bool fp8 = a->kv_format == DSA_KV_FP8_PACKED;
 
   mla_fwd_params prm;
@@ -760,44 +695,34 @@ extern "C" int dsa_sparse_mla_launch(const dsa_sparse_mla_args *a, void *workspa
   prm.o_part = nullptr;
   prm.ml_part = nullptr;
   const size_t rows = (size_t)a->num_tokens * (size_t)a->num_heads;
-  if (pl.splits > 1) {
+  if (pl->splits > 1) {
     prm.o_part = (float *)workspace;
-    prm.ml_part = (float2 *)((uint8_t *)workspace + (size_t)pl.splits * rows * MLA_V_DIM * sizeof(float));
+    prm.ml_part = (float2 *)((uint8_t *)workspace + (size_t)pl->splits * rows * MLA_V_DIM * sizeof(float));
   }
   prm.scale_log2 = a->softmax_scale * MLA_LOG2E;
   prm.topk = a->topk;
   prm.num_heads = a->num_heads;
   prm.num_tokens = a->num_tokens;
   prm.token_offset = 0;
-  prm.num_groups = pl.groups;
-  prm.splits = pl.splits;
-  prm.blocks_per_split = pl.blocks_per_split;
-  prm.num_blocks = pl.num_blocks;
+  prm.num_groups = pl->groups;
+  prm.splits = pl->splits;
+  prm.blocks_per_split = pl->blocks_per_split;
+  prm.num_blocks = pl->num_blocks;
 
   cudaError_t err;
   if (fp8) {
-    if (pl.mt == 1) err = mla_launch_fwd<1, true>(prm, a->num_tokens, stream);
-    else if (pl.mt == 2) err = mla_launch_fwd<2, true>(prm, a->num_tokens, stream);
+    if (pl->mt == 1) err = mla_launch_fwd<1, true>(prm, a->num_tokens, stream);
+    else if (pl->mt == 2) err = mla_launch_fwd<2, true>(prm, a->num_tokens, stream);
     else err = mla_launch_fwd<4, true>(prm, a->num_tokens, stream);
   } else {
-    if (pl.mt == 1) err = mla_launch_fwd<1, false>(prm, a->num_tokens, stream);
+    if (pl->mt == 1) err = mla_launch_fwd<1, false>(prm, a->num_tokens, stream);
     else err = mla_launch_fwd<2, false>(prm, a->num_tokens, stream);
   }
   if (err != cudaSuccess) return (int)err;
 
-  if (pl.splits > 1) {
-    const float *o_part = prm.o_part;
-    const float2 *ml_part = prm.ml_part;
-    int splits = pl.splits;
-    int64_t nrows = (int64_t)rows;
-    __nv_bfloat16 *out = prm.out;
-    float *lse = a->lse;
-    void *args[] = {(void *)&o_part, (void *)&ml_part, (void *)&splits, (void *)&nrows,
-                    (void *)&out, (void *)&lse};
-    err = mla_launch_pdl((const void *)sparse_mla_combine_kernel, (unsigned)nrows,
-                         MLA_COMBINE_THREADS, 0, stream,
-                         args);
-    if (err != cudaSuccess) return (int)err;
-  }
-  return 0;
+  if (pl->splits > 1) /* splits > 1 only for < DSA_PLAN_MAX_SMS units: rows fit a grid */
+    err = dsa_launch(sparse_mla_combine_kernel, dim3((unsigned)rows), MLA_COMBINE_THREADS, 0, stream, true,
+                     (const float *)prm.o_part, (const float2 *)prm.ml_part, (int)pl->splits, (int64_t)rows,
+                     prm.out, a->lse);
+  return (int)err;
 }

@@ -30,20 +30,19 @@
 #include <stdint.h>
 
 #include "dsa_kernels.h"
+#include "launch.cuh"
 #include "rows.cuh"
 
-#define TK_BINS 2048
-#define TK_CHUNK 8192
+/* TK_BINS, TK_CHUNK, TK_CAND_CAP, TK_HDR: config.h (the host sizes the workspace from them). */
 #define TK_THREADS 256
-#define TK_CAND_CAP 32768  /* candidates kept per row (positions, in the workspace) */
 #define TK_CAND_SMEM 8192  /* candidates the resolve step holds in shared memory */
 #define TK_RESOLVE_THREADS 256
 #define TK_FUSED_MAX_LEN 12288 /* rows up to this long are selected by one CTA each (measured: faster than the chain up to ~12k) */
 #define TK_SORT_ITEMS (DSA_MAX_TOPK / TK_RESOLVE_THREADS)
 
-/* Workspace: [rows][TK_HDR] uint32 (histogram + the row's counters, zeroed by a memset) |
- * [rows][DSA_MAX_TOPK] int32 above-lists | [rows][TK_CAND_CAP] int32 candidate positions. */
-#define TK_HDR (TK_BINS + 8)
+/* Workspace (plan.c, dsa_topk_ws_layout): [rows][TK_HDR] uint32 (histogram + the row's counters,
+ * zeroed by a memset) | [rows][DSA_MAX_TOPK] int32 above-lists | [rows][TK_CAND_CAP] int32
+ * candidate positions. */
 #define TK_N_ABOVE (TK_BINS + 0) /* entries appended to the above-list */
 #define TK_N_CAND (TK_BINS + 1)  /* entries appended to the candidate list */
 #define TK_DONE (TK_BINS + 2)    /* histogram CTAs finished */
@@ -55,25 +54,14 @@ typedef struct {
   int32_t *cand;       /* row stride TK_CAND_CAP */
 } tk_ws;
 
-static size_t tk_hist_bytes(int rows) { return (size_t)rows * TK_HDR * 4; }
-static size_t tk_round256(size_t b) { return (b + 255) & ~(size_t)255; }
-
 static tk_ws tk_carve(void *ws, int rows) {
+  const dsa_topk_layout l = dsa_topk_ws_layout(rows);
   tk_ws w;
   char *p = (char *)ws;
-  w.hist = (uint32_t *)p;
-  p += tk_round256(tk_hist_bytes(rows));
-  w.above = (int32_t *)p;
-  p += tk_round256((size_t)rows * DSA_MAX_TOPK * 4);
-  w.cand = (int32_t *)p;
+  w.hist = (uint32_t *)(p + l.hist_off);
+  w.above = (int32_t *)(p + l.above_off);
+  w.cand = (int32_t *)(p + l.cand_off);
   return w;
-}
-
-extern "C" size_t dsa_topk_workspace_impl(int num_rows, int topk) {
-  (void)topk;
-  if (num_rows <= 0) return 0;
-  return tk_round256(tk_hist_bytes(num_rows)) + tk_round256((size_t)num_rows * DSA_MAX_TOPK * 4) +
-         (size_t)num_rows * TK_CAND_CAP * 4;
 }
 
 static __device__ __forceinline__ uint32_t score_key(float f) {
@@ -121,6 +109,12 @@ static __device__ int block_exclusive_sum(int v, int *scratch, int *total) {
 static __device__ int find_bin(const uint32_t *hist, int nb, int need, int *above, int *scratch) {
   const int tid = threadIdx.x, nt = blockDim.x;
   const int per = (nb + nt - 1) / nt;
+  /* If no bin reaches `need` (fewer elements than need: only with inconsistent inputs, e.g. an
+   * output aliasing a length), the answer is bin 0: defined, and in range. */
+  if (tid == 0) {
+    scratch[32] = 0;
+    scratch[33] = 0;
+  }
   /* thread i owns bins [nb - per*(i+1), nb - per*i) — thread 0 the highest. */
   const int hi = nb - per * tid, lo = max(0, hi - per);
   int sum = 0;
@@ -237,11 +231,14 @@ __global__ void __launch_bounds__(TK_THREADS) topk_filter_kernel(const dsa_topk_
 }
 
 /* Candidate i of the resolve step as a composite (mode 2: position i of the row, whatever its bin;
- * callers compare the top bits against b1). */
+ * callers compare the top bits against b1). A listed position outside [0, L) (a list entry the
+ * filter never wrote: only with inconsistent inputs) reads nothing and ranks as position -1,
+ * which the output step turns into -1. */
 static __device__ __forceinline__ uint64_t tk_source(int mode, int i, const uint64_t *cs, const int32_t *cand,
-                                                     const float *s) {
+                                                     const float *s, int L) {
   if (mode == 0) return cs[i];
   const int pos = mode == 1 ? cand[i] : i;
+  if ((unsigned)pos >= (unsigned)L) return 0;
   return make_comp(score_key(s[pos]), pos);
 }
 
@@ -258,8 +255,13 @@ __global__ void __launch_bounds__(TK_RESOLVE_THREADS, 1) topk_resolve_kernel(con
   int *sel = scratch + 36;                                       /* [DSA_MAX_TOPK] */
   typename tk_sort::TempStorage *sort_tmp = (typename tk_sort::TempStorage *)(sel + DSA_MAX_TOPK);
 
+  __shared__ int row_len_s;
   const int row = blockIdx.x, tid = threadIdx.x;
-  const int L = rows_len(p.rows, row);
+  /* The row's length is read once, by one thread, before anything is written: every thread then
+   * agrees on it even if an output (lens) aliases an input (row_lens, seq_lens). */
+  if (tid == 0) row_len_s = rows_len(p.rows, row);
+  __syncthreads();
+  const int L = row_len_s;
   const int k = min(p.topk, L);
   int32_t *out = p.out + (size_t)row * p.topk;
   if (p.out_lens && tid == 0) p.out_lens[row] = k;
@@ -297,10 +299,11 @@ __global__ void __launch_bounds__(TK_RESOLVE_THREADS, 1) topk_resolve_kernel(con
     }
   } else {
     /* Threshold of the first digit, found once by the histogram step. */
+    /* Clamped, not trusted: the chain's earlier kernels saw the row's length when they ran. */
     const uint32_t *gh = ws.hist + (size_t)row * TK_HDR;
-    b1 = gh[TK_B1];
-    above = (int)gh[TK_ABOVE];
-    n_in_bin = (int)gh[b1];
+    b1 = gh[TK_B1] & (TK_BINS - 1);
+    above = min((int)min(gh[TK_ABOVE], gh[TK_N_ABOVE]), k);
+    n_in_bin = (int)min(gh[b1], (uint32_t)TK_CAND_CAP + 1);
   }
   /* Where the candidates (the elements of bin b1) are read from in each pass: shared memory when
    * they fit, the workspace list when the bin fit the list, else the whole row (slow, exact). */
@@ -324,7 +327,7 @@ __global__ void __launch_bounds__(TK_RESOLVE_THREADS, 1) topk_resolve_kernel(con
     for (int b = tid; b < nb; b += TK_RESOLVE_THREADS) hist[b] = 0;
     __syncthreads();
     for (int i = tid; i < n_src; i += TK_RESOLVE_THREADS) {
-      const uint64_t c = tk_source(src_mode, i, cs, cand, s);
+      const uint64_t c = tk_source(src_mode, i, cs, cand, s, L);
       if ((c >> shift) == (prefix >> shift)) atomicAdd(&hist[(c >> nsh) & (nb - 1)], 1u);
     }
     __syncthreads();
@@ -344,7 +347,7 @@ __global__ void __launch_bounds__(TK_RESOLVE_THREADS, 1) topk_resolve_kernel(con
   if (!FUSED)
     for (int i = tid; i < above; i += TK_RESOLVE_THREADS) sel[i] = abv[i];
   for (int i = tid; i < n_src; i += TK_RESOLVE_THREADS) {
-    const uint64_t c = tk_source(src_mode, i, cs, cand, s);
+    const uint64_t c = tk_source(src_mode, i, cs, cand, s, L);
     if ((c >> 53) == b1 && c >= prefix) {
       const int j = atomicAdd(&scratch[0], 1);
       if (above + j < DSA_MAX_TOPK) sel[above + j] = (int)~(uint32_t)c;
@@ -364,7 +367,7 @@ __global__ void __launch_bounds__(TK_RESOLVE_THREADS, 1) topk_resolve_kernel(con
 #pragma unroll
   for (int j = 0; j < TK_SORT_ITEMS; j++) {
     const int i = tid * TK_SORT_ITEMS + j;
-    if (i < p.topk) out[i] = i < k ? rows_output(p.rows, row, (int)items[j]) : -1;
+    if (i < p.topk) out[i] = i < k && items[j] < (unsigned)L ? rows_output(p.rows, row, (int)items[j]) : -1;
   }
 }
 
@@ -381,23 +384,19 @@ extern "C" int dsa_topk_launch(const dsa_topk_params *p, void *workspace, cudaSt
   /* Short rows: one CTA per row does the whole select (a launch chain costs more than the reads). */
   const bool fused = p->rows.max_len <= TK_FUSED_MAX_LEN;
   if (!fused && p->rows.max_len > p->topk) {
-    err = cudaMemsetAsync(ws.hist, 0, tk_hist_bytes(rows), stream);
+    err = cudaMemsetAsync(ws.hist, 0, (size_t)rows * TK_HDR * 4, stream);
     if (err != cudaSuccess) return (int)err;
-    const dim3 grid((p->rows.max_len + TK_CHUNK - 1) / TK_CHUNK, rows);
-    topk_hist_kernel<<<grid, TK_THREADS, 0, stream>>>(*p, ws);
-    if ((err = cudaGetLastError()) != cudaSuccess) return (int)err;
-    topk_filter_kernel<<<grid, TK_THREADS, 0, stream>>>(*p, ws);
-    if ((err = cudaGetLastError()) != cudaSuccess) return (int)err;
+    const dim3 grid((unsigned)(((int64_t)p->rows.max_len + TK_CHUNK - 1) / TK_CHUNK), (unsigned)rows);
+    err = dsa_launch(topk_hist_kernel, grid, TK_THREADS, 0, stream, false, *p, ws);
+    if (err != cudaSuccess) return (int)err;
+    err = dsa_launch(topk_filter_kernel, grid, TK_THREADS, 0, stream, false, *p, ws);
+    if (err != cudaSuccess) return (int)err;
   }
+  static dsa_smem_cache fused_cache, chain_cache;
   const size_t smem = tk_resolve_smem();
-  if (fused) {
-    err = cudaFuncSetAttribute(topk_resolve_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (err != cudaSuccess) return (int)err;
-    topk_resolve_kernel<true><<<rows, TK_RESOLVE_THREADS, smem, stream>>>(*p, ws);
-  } else {
-    err = cudaFuncSetAttribute(topk_resolve_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (err != cudaSuccess) return (int)err;
-    topk_resolve_kernel<false><<<rows, TK_RESOLVE_THREADS, smem, stream>>>(*p, ws);
-  }
-  return (int)cudaGetLastError();
+  if (fused)
+    return (int)dsa_launch_smem(topk_resolve_kernel<true>, &fused_cache, dim3((unsigned)rows), TK_RESOLVE_THREADS, smem,
+                                stream, false, *p, ws);
+  return (int)dsa_launch_smem(topk_resolve_kernel<false>, &chain_cache, dim3((unsigned)rows), TK_RESOLVE_THREADS, smem,
+                              stream, false, *p, ws);
 }

@@ -93,6 +93,18 @@ static dsa_sparse_mla_args good_mla(void) {
   return a;
 }
 
+static dsa_topk_args good_topk(void) {
+  dsa_topk_args a;
+  memset(&a, 0, sizeof a);
+  a.scores = FAKE(0x10000);
+  a.scores_stride = 1000;
+  a.num_rows = 3;
+  a.max_len = 1000;
+  a.topk = 10;
+  a.indices = FAKE(0x20000);
+  return a;
+}
+
 static void test_decode(void) {
   size_t bytes = 0;
   dsa_indexer_decode_args a = good_decode();
@@ -226,14 +238,7 @@ static void test_prefill(void) {
 }
 
 static void test_topk(void) {
-  dsa_topk_args a;
-  memset(&a, 0, sizeof a);
-  a.scores = FAKE(0x10000);
-  a.scores_stride = 1000;
-  a.num_rows = 3;
-  a.max_len = 1000;
-  a.topk = 10;
-  a.indices = FAKE(0x20000);
+  dsa_topk_args a = good_topk();
   size_t bytes = 0;
   expect("topk ws ok", dsa_topk_workspace_size(&a, &bytes), DSA_OK, NULL);
   dsa_topk_args b = a;
@@ -355,6 +360,160 @@ static void test_stores(void) {
   expect("kvstore slots < 0", dsa_mla_kv_store(&mb, 0), DSA_ERR_INVALID_VALUE, "num_slots");
 }
 
+/* Pointers one byte off: rejected as misaligned, naming the argument (they were accepted, and the
+ * kernels faulted with a misaligned address, killing the caller's context). */
+static void test_alignment(void) {
+#define ODD(p) ((void *)((uintptr_t)(p) + 1))
+  DECODE_CASE("decode seq_lens misaligned", b.seq_lens = ODD(b.seq_lens), DSA_ERR_MISALIGNED, "seq_lens");
+  DECODE_CASE("decode block_table misaligned", b.block_table = ODD(b.block_table), DSA_ERR_MISALIGNED, "block_table");
+  DECODE_CASE("decode topk_indices misaligned", b.topk_indices = ODD(b.topk_indices), DSA_ERR_MISALIGNED,
+              "topk_indices");
+  DECODE_CASE("decode topk_lens misaligned", b.topk_lens = FAKE(0x70002), DSA_ERR_MISALIGNED, "topk_lens");
+  DECODE_CASE("decode q_scale misaligned", (b.query.q_dtype = DSA_DTYPE_FP8_E4M3, b.query.q_scale = FAKE(0x11001)),
+              DSA_ERR_MISALIGNED, "q_scale");
+  PREFILL_CASE("prefill slots misaligned (8 B)", b.kv_workspace_slots = FAKE(0x40004), DSA_ERR_MISALIGNED,
+               "kv_workspace_slots");
+  PREFILL_CASE("prefill row_starts misaligned", b.row_starts = ODD(b.row_starts), DSA_ERR_MISALIGNED, "row_starts");
+  PREFILL_CASE("prefill row_ends misaligned", b.row_ends = ODD(b.row_ends), DSA_ERR_MISALIGNED, "row_ends");
+  PREFILL_CASE("prefill topk_indices misaligned", b.topk_indices = ODD(b.topk_indices), DSA_ERR_MISALIGNED,
+               "topk_indices");
+  PREFILL_CASE("prefill topk_lens misaligned", b.topk_lens = FAKE(0x70003), DSA_ERR_MISALIGNED, "topk_lens");
+  {
+    const dsa_topk_args a = good_topk();
+    dsa_topk_args b = a;
+    b.indices = ODD(a.indices);
+    expect("topk indices misaligned", dsa_topk(&b, FAKE(0x100000), (size_t)1 << 40, 0), DSA_ERR_MISALIGNED, "indices");
+    b = a;
+    b.lens = FAKE(0x30002);
+    expect("topk lens misaligned", dsa_topk(&b, FAKE(0x100000), (size_t)1 << 40, 0), DSA_ERR_MISALIGNED, "lens");
+    b = a;
+    b.row_lens = FAKE(0x40001);
+    expect("topk row_lens misaligned", dsa_topk(&b, FAKE(0x100000), (size_t)1 << 40, 0), DSA_ERR_MISALIGNED,
+           "row_lens");
+  }
+  MLA_CASE("mla lens misaligned", b.lens = FAKE(0x50002), DSA_ERR_MISALIGNED, "lens");
+  MLA_CASE("mla lse misaligned", b.lse = FAKE(0x60001), DSA_ERR_MISALIGNED, "lse");
+  MLA_CASE("mla indices misaligned", b.indices = ODD(b.indices), DSA_ERR_MISALIGNED, "indices");
+#undef ODD
+}
+
+/* Extents that overflow int64 (or wrap the address space) are rejected, naming the argument: the
+ * checks multiplied without guarding, and num_pages * page_size wrapped into an accepted value. */
+static void test_overflow(void) {
+  const int64_t huge = INT64_MAX / 2;
+  DECODE_CASE("decode num_pages x page_size wraps", b.cache.num_pages = huge, DSA_ERR_INVALID_VALUE, "num_pages");
+  DECODE_CASE("decode num_pages INT64_MAX", b.cache.num_pages = INT64_MAX, DSA_ERR_INVALID_VALUE, "num_pages");
+  DECODE_CASE("decode weights_stride overflow", b.query.weights_stride = huge, DSA_ERR_INVALID_VALUE, "weights");
+  DECODE_CASE("decode block_table_stride overflow", b.block_table_stride = huge, DSA_ERR_INVALID_VALUE,
+              "block_table");
+  DECODE_CASE("decode block_table wraps the address space",
+              (b.block_table = FAKE(UINTPTR_MAX - 4095), b.block_table_stride = 1 << 20), DSA_ERR_INVALID_VALUE,
+              "block_table");
+  PREFILL_CASE("prefill weights_stride overflow", b.query.weights_stride = huge, DSA_ERR_INVALID_VALUE, "weights");
+  {
+    dsa_indexer_decode_scores_args sc;
+    memset(&sc, 0, sizeof sc);
+    sc.decode = good_decode();
+    sc.scores = FAKE(0x700000);
+    sc.scores_stride = huge;
+    expect("decode scores_stride overflow", dsa_indexer_decode_scores(&sc, 0), DSA_ERR_INVALID_VALUE, "scores");
+    dsa_indexer_prefill_scores_args ps;
+    memset(&ps, 0, sizeof ps);
+    ps.prefill = good_prefill();
+    ps.scores = FAKE(0x700000);
+    ps.scores_stride = huge;
+    expect("prefill scores_stride overflow", dsa_indexer_prefill_scores(&ps, 0), DSA_ERR_INVALID_VALUE, "scores");
+  }
+  {
+    dsa_topk_args a = good_topk();
+    a.scores_stride = huge;
+    expect("topk scores_stride overflow", dsa_topk(&a, FAKE(0x100000), (size_t)1 << 40, 0), DSA_ERR_INVALID_VALUE,
+           "scores");
+  }
+  MLA_CASE("mla indices_stride overflow", b.indices_stride = huge, DSA_ERR_INVALID_VALUE, "indices");
+  MLA_CASE("mla kv_stride overflow", (b.kv_format = DSA_KV_BF16, b.kv_stride = huge & ~(int64_t)7),
+           DSA_ERR_INVALID_VALUE, "kv_cache");
+  MLA_CASE("mla num_slots x 656 overflow", b.num_slots = huge, DSA_ERR_INVALID_VALUE, "kv_cache");
+  {
+    dsa_index_k_store_args k;
+    memset(&k, 0, sizeof k);
+    k.k = FAKE(0x10000);
+    k.k_stride = huge & ~(int64_t)7;
+    k.slot_mapping = FAKE(0x20000);
+    k.num_tokens = 4;
+    k.cache = FAKE(0x30000);
+    k.num_pages = 10;
+    k.page_size = 64;
+    expect("kstore k_stride overflow", dsa_index_k_store(&k, 0), DSA_ERR_INVALID_VALUE, "k");
+    k.k_stride = 128;
+    k.num_pages = huge;
+    expect("kstore num_pages x page_size wraps", dsa_index_k_store(&k, 0), DSA_ERR_INVALID_VALUE, "num_pages");
+    dsa_mla_kv_store_args m;
+    memset(&m, 0, sizeof m);
+    m.kv = FAKE(0x10000);
+    m.kv_stride = huge & ~(int64_t)7;
+    m.slot_mapping = FAKE(0x20000);
+    m.num_tokens = 4;
+    m.cache = FAKE(0x30000);
+    m.kv_format = DSA_KV_BF16;
+    m.cache_stride = 576;
+    m.num_slots = 100;
+    expect("kvstore kv_stride overflow", dsa_mla_kv_store(&m, 0), DSA_ERR_INVALID_VALUE, "kv");
+    m.kv_stride = 576;
+    m.cache_stride = huge & ~(int64_t)7;
+    expect("kvstore cache_stride overflow", dsa_mla_kv_store(&m, 0), DSA_ERR_INVALID_VALUE, "cache");
+  }
+}
+
+/* Sizes the header allowed but the launch arithmetic could not take: now stated limits, rejected
+ * with a clear status (they came back as a raw CUDA "invalid argument"). */
+static void test_limits(void) {
+  dsa_topk_args a;
+  memset(&a, 0, sizeof a);
+  a.scores = FAKE(0x10000);
+  a.scores_stride = INT32_MAX;
+  a.num_rows = 1;
+  a.max_len = INT32_MAX;
+  a.topk = 10;
+  a.indices = FAKE(0x20000);
+  expect("topk max_len INT_MAX", dsa_topk(&a, FAKE(0x100000), (size_t)1 << 40, 0), DSA_ERR_INVALID_VALUE,
+         "DSA_MAX_ROW_LEN");
+  size_t bytes = 0;
+  expect("topk ws max_len INT_MAX", dsa_topk_workspace_size(&a, &bytes), DSA_ERR_INVALID_VALUE, "max_len");
+  PREFILL_CASE("prefill workspace rows INT32_MAX", b.num_workspace_rows = INT32_MAX, DSA_ERR_INVALID_VALUE,
+               "DSA_MAX_ROW_LEN");
+  DECODE_CASE("decode max_seq_len > DSA_MAX_ROW_LEN", b.max_seq_len = DSA_MAX_ROW_LEN + 1, DSA_ERR_INVALID_VALUE,
+              "max_seq_len");
+  DECODE_CASE("decode block table wider than DSA_MAX_ROW_LEN", (b.max_blocks_per_req = (1 << 24) + 1,
+              b.block_table_stride = (1 << 24) + 1), DSA_ERR_INVALID_VALUE, "max_seq_len");
+  /* ... unless max_seq_len bounds L: then a wide block table is fine (workspace query: no device). */
+  dsa_indexer_decode_args d = good_decode();
+  d.max_blocks_per_req = (1 << 24) + 1;
+  d.block_table_stride = (1 << 24) + 1;
+  d.max_seq_len = 1 << 20;
+  expect("decode wide block table with max_seq_len", dsa_indexer_decode_workspace_size(&d, &bytes), DSA_OK, NULL);
+  DECODE_CASE("decode page size 2 (not a multiple of 4)", b.cache.page_size = 2, DSA_ERR_UNSUPPORTED, "page_size");
+}
+
+/* dsa_last_error keeps the last failure's message when a later call succeeds (it was cleared). */
+static void test_last_error(void) {
+  dsa_indexer_decode_args b = good_decode();
+  b.topk = 0;
+  size_t bytes = 0;
+  dsa_status st = dsa_indexer_decode_workspace_size(&b, &bytes);
+  char before[512];
+  snprintf(before, sizeof before, "%s", dsa_last_error());
+  b.topk = 2048;
+  dsa_status st2 = dsa_indexer_decode_workspace_size(&b, &bytes);
+  const int good = st == DSA_ERR_INVALID_VALUE && st2 == DSA_OK && before[0] && strcmp(before, dsa_last_error()) == 0;
+  if (good) {
+    g_pass++;
+  } else {
+    g_fail++;
+    printf("FAIL last error kept after a successful call: \"%s\" -> \"%s\"\n", before, dsa_last_error());
+  }
+}
+
 static void test_misc(void) {
   if (strcmp(dsa_version(), "0.1.0") != 0) { g_fail++; printf("FAIL version %s\n", dsa_version()); } else g_pass++;
   for (int s = 0; s <= 7; s++)
@@ -368,6 +527,10 @@ int main(void) {
   test_topk();
   test_mla();
   test_stores();
+  test_alignment();
+  test_overflow();
+  test_limits();
+  test_last_error();
   test_misc();
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;

@@ -1,25 +1,69 @@
 #!/usr/bin/env bash
-# One device-machine session's worth of work: GPU tests, then the GLM benchmark with --check.
-# Run from the repository root with a build carried in ./build (built on the dev machine).
-# Logs go to $OUT (the device tool brings them back); a short table is printed last.
-# Usage: tools/device_run.sh [test|bench|all|sanitize] [extra dsa-bench args...]
+# One device-machine session's worth of work, logs to $OUT (the device tool brings them back), a
+# short table printed last. Run from the repository root. Uses ./build when its binaries run on
+# this machine (built on the dev machine and carried), else builds ./build-dev here with ninja.
+# Usage: tools/device_run.sh [test|bench|all|sanitize [tool...]] [extra dsa-bench args...]
+#   test      both GPU test programs (test_gpu, test_gpu_garbage)
+#   bench     dsa-bench glm --check --json
+#   all       test, then bench
+#   sanitize  compute-sanitizer memcheck, racecheck, synccheck, initcheck (or the tools named) over
+#             both GPU test programs; one summary line per tool
 set -uo pipefail
 OUT=${OUT:-/tmp/dsa-out}
 mkdir -p "$OUT"
 what=${1:-all}
 shift || true
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
+
+B=build
+if ! "$B/dsa-bench" --help >/dev/null 2>&1 || [ ! -x "$B/test_gpu_garbage" ]; then
+  B=build-dev
+  echo "building in $B"
+  (cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 &&
+    cmake --build "$B" -j >>"$OUT/cmake.log" 2>&1) || { tail -n 30 "$OUT/cmake.log"; exit 1; }
+fi
+
 rc=0
+run_tests() {
+  local r=0
+  "$B/test_gpu" >"$OUT/test_gpu.log" 2>&1 || r=$?
+  grep -E "^FAIL|passed" "$OUT/test_gpu.log" | tail -n 30
+  "$B/test_gpu_garbage" >"$OUT/test_gpu_garbage.log" 2>&1 || r=$?
+  grep -E "^FAIL|passed" "$OUT/test_gpu_garbage.log" | tail -n 30
+  return $r
+}
+
 if [ "$what" = test ] || [ "$what" = all ]; then
-  ./build/test_gpu >"$OUT/test_gpu.log" 2>&1; rc=$?
-  grep -E "FAIL|passed" "$OUT/test_gpu.log" | tail -n 40
+  run_tests || rc=$?
 fi
+
 if [ "$what" = sanitize ]; then
-  compute-sanitizer --tool memcheck ./build/test_gpu >"$OUT/sanitize.log" 2>&1; rc=$?
-  tail -n 30 "$OUT/sanitize.log"
+  tools=("$@")
+  [ ${#tools[@]} -eq 0 ] && tools=(memcheck racecheck synccheck initcheck)
+  set --
+  summary=()
+  for tool in "${tools[@]}"; do
+    line="$tool:"
+    for prog in test_gpu test_gpu_garbage; do
+      log="$OUT/san-$tool-$prog.log"
+      start=$(date +%s)
+      # test_gpu_garbage leaves out its 16 GiB store and its planted API error under a sanitizer.
+      DSA_TEST_UNDER_SANITIZER=1 timeout "${SAN_TIMEOUT:-1200}" compute-sanitizer --tool "$tool" --print-limit 20 "$B/$prog" >"$log" 2>&1
+      prc=$?
+      # "ERROR SUMMARY: N errors" (memcheck, synccheck, initcheck) or "RACECHECK SUMMARY: ... (N errors, ...)".
+      errs=$(grep -Eo "ERROR SUMMARY: [0-9]+|RACECHECK SUMMARY: .*\([0-9]+ errors" "$log" | tail -n 1 | grep -Eo "[0-9]+( errors)?$" | grep -Eo "^[0-9]+")
+      res=$(grep -E "passed, [0-9]+ failed" "$log" | tail -n 1)
+      line="$line $prog ${errs:-?} errors (${res:-no result}, exit $prc, $(( $(date +%s) - start )) s);"
+      { [ "${errs:-1}" = 0 ] && [ $prc = 0 ]; } || rc=1
+    done
+    summary+=("$line")
+    echo "$line"
+  done
+  printf '%s\n' "${summary[@]}" >"$OUT/sanitize-summary.txt"
 fi
+
 if [ "$what" = bench ] || [ "$what" = all ]; then
-  ./build/dsa-bench glm --check --json "$OUT/bench.json" "$@" >"$OUT/bench.log" 2>&1 || rc=$?
+  "$B/dsa-bench" glm --check --json "$OUT/bench.json" "$@" >"$OUT/bench.log" 2>&1 || rc=$?
   tail -n 45 "$OUT/bench.log"
 fi
 exit $rc

@@ -1,0 +1,33 @@
+/*
+ * config.h — compile-time constants shared by the host layer (dsa.c, plan.c: validation, chunking,
+ * workspace sizes) and the kernels (*.cu). Plain C; included from both sides of the seam so that a
+ * workspace the host sizes is exactly the workspace a kernel carves.
+ */
+#ifndef DSA_CONFIG_H
+#define DSA_CONFIG_H
+
+#include <stdint.h>
+
+/* ---- indexer chunking (dsa.c) ---- */
+/* Score scratch per launch is capped at this many float32 elements (256 MiB) unless one request's
+ * rows alone are longer (a request's tokens are never split across launches). */
+#define DSA_SCORE_CAP_ELEMS ((int64_t)64 * 1024 * 1024)
+/* Top-k scratch is per row (~140 KiB), so rows per launch are capped. */
+#define DSA_TOPK_ROWS_PER_LAUNCH 256
+/* Scores-only launches: grid.y bound (65535 token groups), a multiple of every q_len_per_req 1..8. */
+#define DSA_SCORE_TOKENS_PER_LAUNCH 32760
+
+/* ---- top-k (topk.cu) ---- */
+#define TK_BINS 2048            /* first-digit histogram: the top 11 bits of the score key */
+#define TK_CHUNK 8192           /* positions per histogram / filter CTA */
+#define TK_CAND_CAP 32768       /* candidates kept per row (positions, in the workspace) */
+#define TK_HDR (TK_BINS + 8)    /* uint32 per row: histogram + the row's counters */
+
+/* ---- sparse MLA (sparse_mla.cu) ---- */
+#define MLA_BLOCK_N 64          /* index entries per chunk (and per split block) */
+#define MLA_OUT_DIM 512         /* = DSA_MLA_V_DIM */
+/* The split plan shapes work for at most this many SMs (every sm_90 part has <= 132); the
+ * workspace size query assumes it, so a workspace sized once fits every sm_90 device. */
+#define DSA_PLAN_MAX_SMS 132
+
+#endif /* DSA_CONFIG_H */

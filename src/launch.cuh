@@ -1,0 +1,65 @@
+/*
+ * launch.cuh — every kernel launch goes through dsa_launch: cudaLaunchKernelEx returns this
+ * launch's own status, where `kernel<<<...>>>` followed by cudaGetLastError() would also report
+ * (and clear) an error the caller had left pending on the thread. Optionally marks the launch as a
+ * programmatic dependent of the previous kernel in the stream (the kernel then calls
+ * griddepcontrol.wait before reading what that kernel wrote).
+ */
+#pragma once
+#include <cuda_runtime.h>
+
+#include <atomic>
+
+template <typename... KArgs, typename... Args>
+static cudaError_t dsa_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                              cudaStream_t stream, bool programmatic, Args &&...args) {
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  if (programmatic) {
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  return cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
+}
+
+/* Per kernel (a static at each launch site): the dynamic shared-memory limit set so far on each
+ * device, 0 = not yet. */
+typedef struct {
+  std::atomic<int> limit[64];
+} dsa_smem_cache;
+
+/* Raises a kernel's dynamic shared-memory limit when it needs more than the default 48 KB — once per
+ * kernel and device: cudaFuncSetAttribute clears an error the caller left pending in the runtime
+ * (seen with CUDA 13.0; launches do not), so repeated calls must not run it. */
+template <typename... KArgs>
+static cudaError_t dsa_set_smem(void (*kernel)(KArgs...), size_t smem, dsa_smem_cache *cache, bool force) {
+  if (smem <= 48 * 1024) return cudaSuccess;
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  std::atomic<int> *slot = dev >= 0 && dev < 64 ? &cache->limit[dev] : nullptr;
+  if (!force && slot && slot->load(std::memory_order_relaxed) >= (int)smem) return cudaSuccess;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  if (err == cudaSuccess && slot) slot->store((int)smem, std::memory_order_relaxed);
+  return err;
+}
+
+/* dsa_launch for a kernel that may need more than 48 KB of dynamic shared memory: sets the limit
+ * (once), launches, and if the launch fails — a device reset drops the limit with the old context —
+ * sets it again and retries once. */
+template <typename... KArgs, typename... Args>
+static cudaError_t dsa_launch_smem(void (*kernel)(KArgs...), dsa_smem_cache *cache, dim3 grid, dim3 block,
+                                   size_t smem, cudaStream_t stream, bool programmatic, Args &&...args) {
+  cudaError_t err = dsa_set_smem(kernel, smem, cache, false);
+  if (err != cudaSuccess) return err;
+  err = dsa_launch(kernel, grid, block, smem, stream, programmatic, args...);
+  if (err == cudaSuccess || smem <= 48 * 1024) return err;
+  if (dsa_set_smem(kernel, smem, cache, true) != cudaSuccess) return err;
+  return dsa_launch(kernel, grid, block, smem, stream, programmatic, args...);
+}

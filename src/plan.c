@@ -1,0 +1,81 @@
+/*
+ * plan.c — host-only planning (no CUDA): how a call's work is split into CTAs and how much
+ * scratch that needs. Shared by the real launchers and by the CI stubs (tests/stub_kernels.c),
+ * so the workspace a caller is told to allocate is the one the kernels carve.
+ */
+#include <stdint.h>
+
+#include "dsa_kernels.h"
+
+static size_t round256(size_t b) { return (b + 255) & ~(size_t)255; }
+
+/* ---- top-k ---- */
+
+dsa_topk_layout dsa_topk_ws_layout(int num_rows) {
+  dsa_topk_layout l = {0, 0, 0, 0};
+  if (num_rows <= 0) return l;
+  const size_t rows = (size_t)num_rows;
+  l.hist_off = 0;
+  l.above_off = round256(rows * TK_HDR * 4);
+  l.cand_off = l.above_off + round256(rows * DSA_MAX_TOPK * 4);
+  l.total = l.cand_off + rows * TK_CAND_CAP * 4;
+  return l;
+}
+
+/* ---- sparse MLA ---- */
+
+/* Heads per CTA: up to 64 with FP8 KV, 32 with bf16 KV (two bf16 tiles + 64 Q rows exceed 227 KB).
+ * Splits: only while the grid is under one wave (one resident CTA per SM: every configuration
+ * uses > 114 KB of shared memory) and at most 2 CTAs per SM in all (bounds the workspace); among
+ * those, the fewest waves x (blocks per split + 1) (+1 for the combine). */
+dsa_mla_plan dsa_mla_make_plan(const dsa_sparse_mla_args *a, int num_sms) {
+  dsa_mla_plan pl;
+  const int H = a->num_heads;
+  pl.mt = H <= 16 ? 1 : ((H <= 32 || a->kv_format != DSA_KV_FP8_PACKED) ? 2 : 4);
+  pl.groups = (H + 16 * pl.mt - 1) / (16 * pl.mt);
+  pl.num_blocks = (a->topk + MLA_BLOCK_N - 1) / MLA_BLOCK_N;
+  pl.splits = 1;
+  pl.blocks_per_split = pl.num_blocks;
+  if (num_sms < 1) num_sms = 1;
+  if (num_sms > DSA_PLAN_MAX_SMS) num_sms = DSA_PLAN_MAX_SMS;
+  const int64_t units = (int64_t)(a->num_tokens > 0 ? a->num_tokens : 1) * pl.groups;
+  const int64_t slots = num_sms;
+  if (units >= slots) return pl;
+  int64_t best_cost = INT64_MAX;
+  for (int s = 1; s <= pl.num_blocks; ++s) {
+    const int bps = (pl.num_blocks + s - 1) / s;
+    if ((pl.num_blocks + bps - 1) / bps != s) continue; /* same plan as a smaller s */
+    if (s > 1 && units * s > 2 * slots) continue;
+    const int64_t waves = (units * s + slots - 1) / slots;
+    const int64_t cost = waves * (bps + 1) + (s > 1 ? 1 : 0);
+    if (cost < best_cost) {
+      best_cost = cost;
+      pl.splits = s;
+      pl.blocks_per_split = bps;
+    }
+  }
+  return pl;
+}
+
+/* o_part [splits, T, H, 512] fp32, then ml_part [splits, T, H] float2. */
+static size_t mla_split_bytes(const dsa_sparse_mla_args *a, int64_t splits) {
+  return (size_t)splits * (size_t)a->num_tokens * (size_t)a->num_heads *
+         (MLA_OUT_DIM * sizeof(float) + 2 * sizeof(float));
+}
+
+size_t dsa_mla_plan_workspace(const dsa_sparse_mla_args *a, const dsa_mla_plan *pl) {
+  if (a->num_tokens <= 0 || pl->splits <= 1) return 0;
+  return mla_split_bytes(a, pl->splits);
+}
+
+/* Any plan for s <= DSA_PLAN_MAX_SMS SMs splits only when units < s, and then into at most
+ * 2 s / units (and num_blocks) pieces: that many splits is an upper bound for every device. */
+size_t dsa_mla_workspace_bound(const dsa_sparse_mla_args *a) {
+  if (a->num_tokens <= 0) return 0;
+  const dsa_mla_plan pl = dsa_mla_make_plan(a, DSA_PLAN_MAX_SMS);
+  const int64_t units = (int64_t)a->num_tokens * pl.groups;
+  if (units >= DSA_PLAN_MAX_SMS) return 0;
+  int64_t splits = 2 * DSA_PLAN_MAX_SMS / units;
+  if (splits > pl.num_blocks) splits = pl.num_blocks;
+  return splits > 1 ? mla_split_bytes(a, splits) : 0;
+}

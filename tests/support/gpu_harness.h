@@ -1,0 +1,108 @@
+/*
+ * gpu_harness.h — what the GPU test programs (test_gpu, test_gpu_garbage) share: one line per
+ * check ("ok   name  (metrics)" / "FAIL name: why"), cases that end on the first CUDA or API failure
+ * (longjmp) and free everything they allocated, device buffers followed by guard bytes checked after
+ * every call, and random inputs (xorshift64*, never zero).
+ *
+ * Conventions: every output is poisoned before a run (POISON_*), every workspace filled with
+ * garbage (WS_BYTE_*); after a call the stream is synchronised, the last error checked and every
+ * guard verified.
+ */
+#ifndef DSA_GPU_HARNESS_H
+#define DSA_GPU_HARNESS_H
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "dsa.h"
+
+/* Acceptance (DESIGN.md §5). */
+#define TOL_SCORE_BF16 1e-5 /* bf16 q: float32 accumulation */
+#define TOL_SCORE_FP8 2e-3  /* fp8 q: Hopper FP8 MMA does not accumulate in full float32 */
+#define TOL_ATTN_OUT 1e-2   /* relative L2 per token, bf16 output */
+#define TOL_ATTN_LSE 1e-3   /* times max(1, |ref|) */
+
+#define POISON_BYTE 0x7F              /* float32 0x7F7F7F7F = 3.39e38, bf16 0x7F7F = 3.39e38 */
+#define POISON_F32_BITS 0x7F7F7F7Fu
+#define POISON_I32 (-7)
+#define WS_BYTE_FIRST 0xFF
+#define WS_BYTE_RERUN 0x5A
+#define GUARD_BYTES 256
+#define GUARD_BYTE 0xA5
+
+#define BF16_NAN 0x7FC0u
+#define D_I DSA_INDEX_HEAD_DIM
+#define IK_ROW_BYTES (D_I + 4 * (D_I / 128)) /* bytes one index-K slot takes in its page */
+
+extern cudaStream_t g_stream;
+
+/* ---- reporting ---- */
+void chk_begin(const char *fmt, ...);
+void chk_fail(const char *fmt, ...);   /* the first message is kept, later ones counted */
+void chk_metric(const char *fmt, ...);
+void chk_end(void);
+_Noreturn void abort_case(const char *fmt, ...); /* fails the open check (or the case), leaves the case */
+double now_s(void);
+
+/* ---- per-case memory (freed when the case ends) ---- */
+void *hmalloc(size_t bytes);
+void free_case_memory(void);                      /* frees every buffer of the case so far */
+void cu_check(cudaError_t e, const char *what, int line);
+#define CU(call) cu_check((call), #call, __LINE__)
+void *dalloc(size_t bytes);                       /* + GUARD_BYTES of guard */
+void *dput(const void *h, size_t bytes);          /* device copy of a host buffer */
+void dget(void *h, const void *d, size_t bytes);
+void dset(void *d, int byte, size_t bytes);
+void dfill_i32(int32_t *d, size_t n, int32_t v);
+void check_guards(const char *after);
+void sync_check(const char *after);               /* synchronise, last error, guards */
+void dsa_check(dsa_status s, const char *what);   /* must be DSA_OK; then sync_check */
+#define DSA(call) dsa_check((call), #call)
+void dsa_ok(dsa_status s, const char *what);      /* must be DSA_OK, no synchronisation */
+#define DSA_Q(call) dsa_ok((call), #call)
+void *workspace(size_t bytes);                    /* the queried size, filled with garbage */
+
+/* ---- random inputs ---- */
+uint64_t rng_u64(void);
+void rng_seed(uint64_t s);
+double rng_unit(void);
+double rng_uniform(double lo, double hi);
+int64_t rng_below(int64_t n);
+double rng_nonzero(double amp);                   /* uniform in (-amp, amp), |x| >= amp / 1000 */
+double rng_log_uniform(double lo, double hi);
+uint16_t to_bf16(double x);
+float from_bf16(uint16_t x);
+void fill_bf16(uint16_t *h, size_t n, double amp);
+uint8_t rng_fp8_quantised(void);                  /* a non-zero, non-NaN e4m3 code of a uniform value */
+uint8_t rng_fp8_byte(void);                       /* any non-zero, non-NaN e4m3 byte */
+void fill_random_bytes(uint8_t *h, size_t n);
+int32_t *perm_i32(int64_t n);
+
+static inline float f32_of_bits(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+static inline uint32_t bits_of_f32(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+static inline int imin(int a, int b) { return a < b ? a : b; }
+static inline int imax(int a, int b) { return a > b ? a : b; }
+static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* ---- program ---- */
+/* 0: an sm_90 device is current and g_stream created; 77: no such GPU (SKIP printed); 1: setup failed. */
+int harness_init(const char *program);
+/* Runs one case; a failure inside it ends only that case. Returns 0 when the CUDA context is
+ * unusable afterwards (the remaining cases cannot run). */
+int harness_run_case(const char *name, void (*fn)(const void *), const void *arg);
+/* Prints "N passed, M failed", frees the harness; the process exit status. */
+int harness_finish(void);
+int harness_failed(void);
+
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+#endif

@@ -1,0 +1,254 @@
+/*
+ * stub_kernels.c — see stub_kernels.h. No CUDA: implements dsa_kernels.h's device and launcher
+ * functions with precondition checks. Pointers are never dereferenced (the tests pass fake ones).
+ */
+#include "stub_kernels.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dsa_kernels.h"
+
+dsa_stub_state g_dsa_stub;
+
+void dsa_stub_init(void) {
+  memset(&g_dsa_stub, 0, sizeof g_dsa_stub);
+  g_dsa_stub.num_sms = 132;
+  g_dsa_stub.cc_major = 9;
+}
+
+void dsa_stub_begin_call(const void *ws, size_t ws_bytes) {
+  dsa_stub_state *s = &g_dsa_stub;
+  s->ws = ws;
+  s->ws_bytes = ws_bytes;
+  s->launches = 0;
+  s->budget_spent = 0;
+  s->scores_next = s->topk_next = 0;
+  s->scores_tokens = s->topk_tokens = s->store_tokens = s->mla_tokens = 0;
+  s->mla_splits = 0;
+  s->mla_need = 0;
+  s->violations = 0;
+  s->first_violation[0] = 0;
+}
+
+static int violated(const char *fmt, ...) {
+  dsa_stub_state *s = &g_dsa_stub;
+  if (s->violations++ == 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->first_violation, sizeof s->first_violation, fmt, ap);
+    va_end(ap);
+  }
+  return DSA_STUB_LAUNCH_FAILURE;
+}
+
+#define REQUIRE(cond, ...) do { if (!(cond)) return violated(__VA_ARGS__); } while (0)
+
+static int misaligned(const void *p, uintptr_t a) { return ((uintptr_t)p % a) != 0; }
+
+/* Counts a launch against the budget. */
+static int count_launch(void) {
+  dsa_stub_state *s = &g_dsa_stub;
+  if (s->launch_budget > 0 && s->launches >= s->launch_budget) {
+    s->budget_spent = 1;
+    return DSA_STUB_LAUNCH_FAILURE;
+  }
+  s->launches++;
+  return 0;
+}
+
+/* [p, p + bytes) lies in the call's workspace, when p points into it at all. */
+static int in_workspace(const void *p) {
+  const dsa_stub_state *s = &g_dsa_stub;
+  return s->ws && (uintptr_t)p >= (uintptr_t)s->ws && (uintptr_t)p < (uintptr_t)s->ws + s->ws_bytes;
+}
+static int fits_workspace(const void *p, uint64_t bytes) {
+  const dsa_stub_state *s = &g_dsa_stub;
+  const uint64_t off = (uint64_t)((uintptr_t)p - (uintptr_t)s->ws);
+  return off <= s->ws_bytes && bytes <= s->ws_bytes - off;
+}
+
+/* ---- device ---- */
+
+int dsa_device_query(dsa_device_info *info) {
+  if (g_dsa_stub.device_error) return g_dsa_stub.device_error;
+  info->ordinal = 0;
+  info->num_sms = g_dsa_stub.num_sms;
+  info->cc_major = g_dsa_stub.cc_major;
+  info->cc_minor = g_dsa_stub.cc_minor;
+  return 0;
+}
+
+int dsa_cuda_error_is_no_device(int err) { return err == DSA_STUB_NO_DEVICE; }
+
+const char *dsa_cuda_error_string(int err) {
+  if (err == DSA_STUB_LAUNCH_FAILURE) return "stub launch failure (budget spent or precondition violated)";
+  if (err == DSA_STUB_NO_DEVICE) return "stub: no CUDA device";
+  return "stub: CUDA error";
+}
+
+/* ---- shared pieces ---- */
+
+static int check_cache(const dsa_index_k_cache *c) {
+  REQUIRE(c->page_size >= 4 && c->page_size <= 1024 && c->page_size % 4 == 0, "cache page_size %d", c->page_size);
+  REQUIRE(c->num_pages >= 0 && c->num_pages * (int64_t)c->page_size <= INT32_MAX, "cache num_pages %lld",
+          (long long)c->num_pages);
+  REQUIRE(c->data && !misaligned(c->data, 16), "cache data %p", (const void *)c->data);
+  return 0;
+}
+
+static int check_rows(const dsa_rows *r, int num_tokens) {
+  REQUIRE(r->max_len >= 0 && r->max_len <= DSA_MAX_ROW_LEN, "rows.max_len %d", r->max_len);
+  REQUIRE(r->token_begin >= 0 && (int64_t)r->token_begin + num_tokens <= INT32_MAX, "rows.token_begin %d + %d",
+          r->token_begin, num_tokens);
+  if (r->mode == DSA_ROWS_DECODE) {
+    REQUIRE(r->q_len_per_req >= 1 && r->q_len_per_req <= DSA_MAX_Q_LEN_PER_REQ, "q_len_per_req %d", r->q_len_per_req);
+    REQUIRE(r->token_begin % r->q_len_per_req == 0 && num_tokens % r->q_len_per_req == 0,
+            "decode launch splits a request: begin %d, tokens %d, n %d", r->token_begin, num_tokens,
+            r->q_len_per_req);
+    REQUIRE(r->seq_lens && !misaligned(r->seq_lens, 4), "seq_lens %p", (const void *)r->seq_lens);
+    REQUIRE(r->block_table && !misaligned(r->block_table, 4), "block_table %p", (const void *)r->block_table);
+    REQUIRE(r->max_blocks >= 1 && r->block_table_stride >= r->max_blocks, "block table %d / %lld", r->max_blocks,
+            (long long)r->block_table_stride);
+    REQUIRE(r->page_size >= 4 && r->num_pages * (int64_t)r->page_size <= INT32_MAX, "rows cache capacity");
+  } else if (r->mode == DSA_ROWS_PREFILL) {
+    REQUIRE(r->num_ws_rows >= 0 && r->num_ws_rows <= DSA_MAX_ROW_LEN, "num_ws_rows %lld", (long long)r->num_ws_rows);
+    REQUIRE(r->max_len <= r->num_ws_rows, "prefill max_len %d > rows %lld", r->max_len, (long long)r->num_ws_rows);
+    REQUIRE(r->row_starts && !misaligned(r->row_starts, 4), "row_starts %p", (const void *)r->row_starts);
+    REQUIRE(r->row_ends && !misaligned(r->row_ends, 4), "row_ends %p", (const void *)r->row_ends);
+    REQUIRE(r->num_ws_rows == 0 || (r->ws_slots && !misaligned(r->ws_slots, 8)), "kv_workspace_slots %p",
+            (const void *)r->ws_slots);
+  } else {
+    REQUIRE(!misaligned(r->row_lens, 4), "row_lens %p", (const void *)r->row_lens);
+  }
+  return 0;
+}
+
+/* ---- launchers ---- */
+
+int dsa_indexer_scores_launch(const dsa_scores_params *p, cudaStream_t stream) {
+  (void)stream;
+  dsa_stub_state *s = &g_dsa_stub;
+  int e;
+  REQUIRE(p->num_tokens >= 1 && p->num_tokens <= DSA_SCORE_TOKENS_PER_LAUNCH, "scores num_tokens %d", p->num_tokens);
+  if ((e = check_rows(&p->rows, p->num_tokens))) return e;
+  REQUIRE(p->rows.token_begin == s->scores_next, "scores launch begins at token %d, expected %lld",
+          p->rows.token_begin, (long long)s->scores_next);
+  REQUIRE(p->num_sms >= 1, "scores num_sms %d", p->num_sms);
+  const dsa_indexer_query *q = &p->q;
+  REQUIRE(q->num_heads >= 1 && q->num_heads <= DSA_MAX_INDEX_HEADS && q->head_dim == DSA_INDEX_HEAD_DIM,
+          "query heads %d dim %d", q->num_heads, q->head_dim);
+  REQUIRE(q->q && !misaligned(q->q, q->q_dtype == DSA_DTYPE_BF16 ? 8 : 4), "query.q %p", q->q);
+  REQUIRE(q->q_dtype == DSA_DTYPE_BF16 || (q->q_scale && !misaligned(q->q_scale, 4)), "query.q_scale %p",
+          (const void *)q->q_scale);
+  REQUIRE(q->weights && !misaligned(q->weights, q->weights_dtype == DSA_DTYPE_F32 ? 4 : 2), "query.weights %p",
+          q->weights);
+  REQUIRE(q->weights_stride >= q->num_heads, "weights_stride %lld", (long long)q->weights_stride);
+  if ((e = check_cache(&p->cache))) return e;
+  REQUIRE(p->scores && !misaligned(p->scores, 4), "scores %p", (void *)p->scores);
+  REQUIRE(p->scores_stride >= p->rows.max_len, "scores_stride %lld < max_len %d", (long long)p->scores_stride,
+          p->rows.max_len);
+  if (in_workspace(p->scores)) {
+    const uint64_t bytes = ((uint64_t)(p->num_tokens - 1) * (uint64_t)p->scores_stride + (uint64_t)p->rows.max_len) * 4;
+    REQUIRE(fits_workspace(p->scores, bytes), "scores scratch (%llu bytes) runs past the workspace",
+            (unsigned long long)bytes);
+  }
+  if ((e = count_launch())) return e;
+  s->scores_next += p->num_tokens;
+  s->scores_tokens += p->num_tokens;
+  return 0;
+}
+
+int dsa_topk_launch(const dsa_topk_params *p, void *workspace, cudaStream_t stream) {
+  (void)stream;
+  dsa_stub_state *s = &g_dsa_stub;
+  int e;
+  REQUIRE(p->num_tokens >= 1 && p->num_tokens <= DSA_TOPK_ROWS_PER_LAUNCH, "top-k rows %d", p->num_tokens);
+  REQUIRE(p->topk >= 1 && p->topk <= DSA_MAX_TOPK, "top-k k %d", p->topk);
+  if ((e = check_rows(&p->rows, p->num_tokens))) return e;
+  REQUIRE(p->rows.token_begin == s->topk_next, "top-k launch begins at row %d, expected %lld", p->rows.token_begin,
+          (long long)s->topk_next);
+  const size_t need = dsa_topk_ws_layout(p->num_tokens).total;
+  REQUIRE(workspace && !misaligned(workspace, 256), "top-k workspace %p", workspace);
+  REQUIRE(in_workspace(workspace) && fits_workspace(workspace, need), "top-k scratch (%zu bytes) outside the workspace",
+          need);
+  if (p->rows.max_len > p->topk) { /* scores are read */
+    REQUIRE(p->scores && !misaligned(p->scores, 4), "top-k scores %p", (const void *)p->scores);
+    REQUIRE(p->scores_stride >= p->rows.max_len, "top-k scores_stride %lld", (long long)p->scores_stride);
+    if (in_workspace(p->scores)) {
+      const uint64_t bytes = ((uint64_t)(p->num_tokens - 1) * (uint64_t)p->scores_stride + (uint64_t)p->rows.max_len) * 4;
+      REQUIRE(fits_workspace(p->scores, bytes), "top-k reads scores past the workspace");
+      REQUIRE((uintptr_t)p->scores + bytes <= (uintptr_t)workspace || (uintptr_t)workspace + need <= (uintptr_t)p->scores,
+              "top-k scratch overlaps the scores it reads");
+    }
+  }
+  REQUIRE(p->out && !misaligned(p->out, 4), "top-k out %p", (void *)p->out);
+  REQUIRE(!misaligned(p->out_lens, 4), "top-k out_lens %p", (void *)p->out_lens);
+  if ((e = count_launch())) return e;
+  s->topk_next += p->num_tokens;
+  s->topk_tokens += p->num_tokens;
+  return 0;
+}
+
+int dsa_sparse_mla_launch(const dsa_sparse_mla_args *a, const dsa_mla_plan *pl, void *workspace,
+                          cudaStream_t stream) {
+  (void)stream;
+  dsa_stub_state *s = &g_dsa_stub;
+  REQUIRE(a->num_tokens >= 1 && a->num_heads >= 1 && a->num_heads <= DSA_MAX_ATTN_HEADS, "mla sizes %d x %d",
+          a->num_tokens, a->num_heads);
+  REQUIRE(a->topk >= 1 && a->topk <= DSA_MAX_TOPK && a->indices_stride >= a->topk, "mla topk %d stride %lld", a->topk,
+          (long long)a->indices_stride);
+  REQUIRE(a->q && !misaligned(a->q, 16) && a->kv_cache && !misaligned(a->kv_cache, 16) && a->out &&
+              !misaligned(a->out, 16),
+          "mla q / kv / out alignment");
+  REQUIRE(a->indices && !misaligned(a->indices, 4) && !misaligned(a->lens, 4) && !misaligned(a->lse, 4),
+          "mla indices / lens / lse alignment");
+  REQUIRE(a->kv_format == DSA_KV_FP8_PACKED || (a->kv_stride >= DSA_MLA_QK_DIM && a->kv_stride % 8 == 0),
+          "mla kv_stride %lld", (long long)a->kv_stride);
+  REQUIRE(pl->mt == 1 || pl->mt == 2 || pl->mt == 4, "mla plan mt %d", pl->mt);
+  REQUIRE((int64_t)pl->groups * 16 * pl->mt >= a->num_heads, "mla plan covers %d heads of %d", pl->groups * 16 * pl->mt,
+          a->num_heads);
+  REQUIRE(pl->splits >= 1 && pl->splits <= pl->num_blocks && pl->blocks_per_split * pl->splits >= pl->num_blocks,
+          "mla plan splits %d x %d blocks of %d", pl->splits, pl->blocks_per_split, pl->num_blocks);
+  const size_t need = dsa_mla_plan_workspace(a, pl);
+  REQUIRE(need <= dsa_mla_workspace_bound(a), "mla plan needs %zu > the queried bound %zu", need,
+          dsa_mla_workspace_bound(a));
+  if (need > 0)
+    REQUIRE(workspace && !misaligned(workspace, 256) && in_workspace(workspace) && fits_workspace(workspace, need),
+            "mla split partials (%zu bytes) outside the workspace", need);
+  int e;
+  if ((e = count_launch())) return e;
+  s->mla_tokens += a->num_tokens;
+  s->mla_splits = pl->splits;
+  s->mla_need = need;
+  return 0;
+}
+
+int dsa_index_k_store_launch(const dsa_index_k_store_args *a, cudaStream_t stream) {
+  (void)stream;
+  REQUIRE(a->num_tokens >= 1, "k store tokens %d", a->num_tokens);
+  REQUIRE(a->k && !misaligned(a->k, 16) && a->k_stride >= DSA_INDEX_HEAD_DIM && a->k_stride % 8 == 0, "k store k");
+  REQUIRE(a->slot_mapping && !misaligned(a->slot_mapping, 8), "k store slot_mapping");
+  dsa_index_k_cache c = {a->cache, a->num_pages, a->page_size};
+  int e;
+  if ((e = check_cache(&c))) return e;
+  if ((e = count_launch())) return e;
+  g_dsa_stub.store_tokens += a->num_tokens;
+  return 0;
+}
+
+int dsa_mla_kv_store_launch(const dsa_mla_kv_store_args *a, cudaStream_t stream) {
+  (void)stream;
+  REQUIRE(a->num_tokens >= 1, "kv store tokens %d", a->num_tokens);
+  REQUIRE(a->kv && !misaligned(a->kv, 16) && a->kv_stride >= DSA_MLA_QK_DIM && a->kv_stride % 8 == 0, "kv store kv");
+  REQUIRE(a->slot_mapping && !misaligned(a->slot_mapping, 8), "kv store slot_mapping");
+  REQUIRE(a->cache && !misaligned(a->cache, 16) && a->num_slots >= 0, "kv store cache");
+  REQUIRE(a->kv_format == DSA_KV_FP8_PACKED || (a->kv_format == DSA_KV_BF16 && a->cache_stride >= DSA_MLA_QK_DIM &&
+                                                 a->cache_stride % 8 == 0),
+          "kv store format %d stride %lld", (int)a->kv_format, (long long)a->cache_stride);
+  int e;
+  if ((e = count_launch())) return e;
+  g_dsa_stub.store_tokens += a->num_tokens;
+  return 0;
+}

@@ -1,0 +1,49 @@
+/*
+ * stub_kernels.h — a CPU-only stand-in for the launchers of src/dsa_kernels.h, linked instead of the
+ * CUDA files into the host-layer test builds (test_host, fuzz_api_stub). Each stub checks what its
+ * launcher relies on (the seam's preconditions: alignment, ranges, per-launch caps, workspace
+ * bounds, contiguous coverage of the call's tokens), counts the launch and returns success, so the
+ * chunk loops of dsa.c run on a machine without a GPU. A violated precondition is recorded and
+ * the launch fails (cudaErrorLaunchFailure), which also ends any loop that would not.
+ */
+#ifndef DSA_STUB_KERNELS_H
+#define DSA_STUB_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DSA_STUB_LAUNCH_FAILURE 719 /* cudaErrorLaunchFailure */
+#define DSA_STUB_NO_DEVICE 100      /* cudaErrorNoDevice */
+
+typedef struct {
+  /* Set by the test (kept across calls). */
+  int num_sms;              /* what the device query reports (1..) */
+  int device_error;         /* non-zero: the device query fails with this CUDA error */
+  int cc_major, cc_minor;   /* reported compute capability (9.0 by default) */
+  int64_t launch_budget;    /* launches allowed per call; the next one fails (0 = unlimited) */
+  /* Set by dsa_stub_begin_call for each call. */
+  const void *ws;           /* the call's workspace range */
+  size_t ws_bytes;
+  /* Recorded during the call. */
+  int64_t launches;
+  int budget_spent;         /* a launch failed because the budget was spent */
+  int64_t scores_next;      /* token_begin the next scores launch must have */
+  int64_t topk_next;        /* token_begin the next top-k launch must have */
+  int64_t scores_tokens;    /* tokens covered by scores launches */
+  int64_t topk_tokens;      /* rows covered by top-k launches */
+  int64_t store_tokens;
+  int64_t mla_tokens;
+  int mla_splits;           /* the plan of the last attention launch */
+  size_t mla_need;          /* its workspace need */
+  int violations;
+  char first_violation[512];
+} dsa_stub_state;
+
+extern dsa_stub_state g_dsa_stub;
+
+/* Defaults: 132 SMs, sm_90, no budget. */
+void dsa_stub_init(void);
+/* Clears the per-call records; ws / ws_bytes = the workspace the call is given (may be NULL / 0). */
+void dsa_stub_begin_call(const void *ws, size_t ws_bytes);
+
+#endif

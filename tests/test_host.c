@@ -1,0 +1,241 @@
+/*
+ * test_host.c — the host layer's chunk loops and device handling, run on the CPU: linked with the
+ * stub launchers (tests/support/stub_kernels.c), which check every launch's preconditions and
+ * record the launches. Regression tests for the bad-input hardening issue:
+ *   - counts near INT_MAX: every chunk loop returns and covers every token once (the loops
+ *     counted in int and wrapped: dsa_indexer_prefill_scores with num_tokens = INT_MAX never
+ *     returned);
+ *   - the attention split plan follows the current device's SM count (it was a compile-time 132);
+ *   - no device, a non-sm_90 device and a failing launch come back as clear statuses.
+ * A watchdog fails the run if a call does not return within 60 s.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dsa.h"
+#include "stub_kernels.h"
+
+static int g_pass, g_fail;
+
+#define FAKE(addr) ((void *)(uintptr_t)(addr))
+
+static void check(int ok, const char *name, const char *fmt_detail, long long a, long long b) {
+  if (ok) {
+    g_pass++;
+    printf("ok   %s\n", name);
+  } else {
+    g_fail++;
+    printf("FAIL %s: ", name);
+    printf(fmt_detail, a, b);
+    printf(" (status message: \"%s\"; stub: \"%s\")\n", dsa_last_error(), g_dsa_stub.first_violation);
+  }
+}
+
+static void on_alarm(int sig) {
+  (void)sig;
+  static const char msg[] = "FAIL test_host: a call did not return within 60 s (hang)\n";
+  (void)!write(2, msg, sizeof msg - 1);
+  _exit(1);
+}
+
+static dsa_indexer_query query(void) {
+  dsa_indexer_query q;
+  memset(&q, 0, sizeof q);
+  q.q = FAKE(0x100000000ull);
+  q.q_dtype = DSA_DTYPE_BF16;
+  q.weights = FAKE(0x200000000ull);
+  q.weights_dtype = DSA_DTYPE_F32;
+  q.weights_stride = 32;
+  q.num_heads = 32;
+  q.head_dim = 128;
+  q.softmax_scale = 0.0625f;
+  return q;
+}
+
+static dsa_index_k_cache cache(void) {
+  dsa_index_k_cache c = {FAKE(0x300000000ull), 1000, 64};
+  return c;
+}
+
+static dsa_index_k_store_args kstore(int num_tokens) {
+  dsa_index_k_store_args ks;
+  memset(&ks, 0, sizeof ks);
+  ks.k = FAKE(0x100000000ull);
+  ks.k_stride = 128;
+  ks.slot_mapping = FAKE(0x200000000ull);
+  ks.num_tokens = num_tokens;
+  ks.cache = FAKE(0x300000000ull);
+  ks.num_pages = 10;
+  ks.page_size = 64;
+  return ks;
+}
+
+/* Counts near INT_MAX: the chunk loops end, and cover every token exactly once. */
+static void test_int_max_loops(void) {
+  g_dsa_stub.launch_budget = 0; /* unlimited: the loops must end on their own */
+
+  dsa_indexer_prefill_scores_args ps;
+  memset(&ps, 0, sizeof ps);
+  ps.prefill.query = query();
+  ps.prefill.cache = cache();
+  ps.prefill.kv_workspace_slots = FAKE(0x400000000ull);
+  ps.prefill.num_workspace_rows = 100;
+  ps.prefill.row_starts = FAKE(0x500000000ull);
+  ps.prefill.row_ends = FAKE(0x600000000ull);
+  ps.prefill.num_tokens = INT32_MAX;
+  ps.prefill.topk = 2048;
+  ps.scores = FAKE(0x700000000ull);
+  ps.scores_stride = 100;
+  dsa_stub_begin_call(NULL, 0);
+  dsa_status st = dsa_indexer_prefill_scores(&ps, 0);
+  check(st == DSA_OK && g_dsa_stub.violations == 0, "prefill scores, INT_MAX tokens: returns DSA_OK",
+        "status %lld, violations %lld", st, g_dsa_stub.violations);
+  check(g_dsa_stub.scores_tokens == INT32_MAX, "prefill scores, INT_MAX tokens: every token scored once",
+        "covered %lld of %lld", g_dsa_stub.scores_tokens, INT32_MAX);
+
+  dsa_indexer_decode_scores_args ds;
+  memset(&ds, 0, sizeof ds);
+  ds.decode.query = query();
+  ds.decode.cache = cache();
+  ds.decode.seq_lens = FAKE(0x400000000ull);
+  ds.decode.block_table = FAKE(0x500000000ull);
+  ds.decode.block_table_stride = 4;
+  ds.decode.max_blocks_per_req = 4;
+  ds.decode.q_len_per_req = 7;
+  ds.decode.num_reqs = INT32_MAX / 7;
+  ds.decode.topk = 64;
+  ds.scores = FAKE(0x800000000ull);
+  ds.scores_stride = 256;
+  dsa_stub_begin_call(NULL, 0);
+  st = dsa_indexer_decode_scores(&ds, 0);
+  check(st == DSA_OK && g_dsa_stub.scores_tokens == (int64_t)(INT32_MAX / 7) * 7,
+        "decode scores, n = 7, INT_MAX / 7 requests: returns, every token once", "status %lld, covered %lld", st,
+        g_dsa_stub.scores_tokens);
+
+  dsa_topk_args tk;
+  memset(&tk, 0, sizeof tk);
+  tk.scores = FAKE(0x100000000ull);
+  tk.scores_stride = 16;
+  tk.num_rows = INT32_MAX;
+  tk.max_len = 16;
+  tk.topk = 8;
+  tk.indices = FAKE(0x200000000ull);
+  size_t ws_bytes = 0;
+  dsa_topk_workspace_size(&tk, &ws_bytes);
+  dsa_stub_begin_call(FAKE(0x100000000000ull), ws_bytes);
+  st = dsa_topk(&tk, FAKE(0x100000000000ull), ws_bytes, 0);
+  check(st == DSA_OK && g_dsa_stub.topk_tokens == INT32_MAX, "dsa_topk, INT_MAX rows: returns, every row once",
+        "status %lld, covered %lld", st, g_dsa_stub.topk_tokens);
+
+  dsa_indexer_decode_args d;
+  memset(&d, 0, sizeof d);
+  d = ds.decode;
+  d.q_len_per_req = 1;
+  d.num_reqs = INT32_MAX;
+  d.max_blocks_per_req = 64; /* 4096 positions > topk: scores + top-k per chunk */
+  d.block_table_stride = 64;
+  d.topk = 2048;
+  d.topk_indices = FAKE(0xa00000000ull);
+  dsa_indexer_decode_workspace_size(&d, &ws_bytes);
+  dsa_stub_begin_call(FAKE(0xb00000000ull), ws_bytes);
+  st = dsa_indexer_decode(&d, FAKE(0xb00000000ull), ws_bytes, 0);
+  check(st == DSA_OK && g_dsa_stub.topk_tokens == INT32_MAX && g_dsa_stub.scores_tokens == INT32_MAX,
+        "indexer decode, INT_MAX requests: returns, every token scored and selected once", "status %lld, covered %lld",
+        st, g_dsa_stub.topk_tokens);
+
+  const dsa_index_k_store_args ks = kstore(INT32_MAX);
+  dsa_stub_begin_call(NULL, 0);
+  st = dsa_index_k_store(&ks, 0);
+  check(st == DSA_OK && g_dsa_stub.store_tokens == INT32_MAX, "index-K store, INT_MAX tokens: accepted, one launch",
+        "status %lld, tokens %lld", st, g_dsa_stub.store_tokens);
+}
+
+/* The attention split plan is made for the current device's SM count. */
+static void test_sm_count(void) {
+  dsa_sparse_mla_args a;
+  memset(&a, 0, sizeof a);
+  a.q = FAKE(0x100000000ull);
+  a.num_tokens = 1;
+  a.num_heads = 16;
+  a.kv_cache = FAKE(0x200000000ull);
+  a.kv_format = DSA_KV_FP8_PACKED;
+  a.num_slots = 1 << 20;
+  a.indices = FAKE(0x300000000ull);
+  a.indices_stride = 2048;
+  a.topk = 2048;
+  a.softmax_scale = 0.0625f;
+  a.out = FAKE(0x400000000ull);
+  size_t bound = 0;
+  dsa_sparse_mla_workspace_size(&a, &bound);
+  int splits[3];
+  const int sms[3] = {132, 78, 16};
+  for (int i = 0; i < 3; i++) {
+    g_dsa_stub.num_sms = sms[i];
+    dsa_stub_begin_call(FAKE(0x100000000000ull), bound);
+    const dsa_status st = dsa_sparse_mla(&a, FAKE(0x100000000000ull), bound, 0);
+    splits[i] = g_dsa_stub.mla_splits;
+    char name[128];
+    snprintf(name, sizeof name, "attention plan on %d SMs fits the queried workspace", sms[i]);
+    check(st == DSA_OK && g_dsa_stub.violations == 0 && g_dsa_stub.mla_need <= bound, name,
+          "status %lld, need %lld", st, (long long)g_dsa_stub.mla_need);
+  }
+  /* 1 token x 16 heads, 32 blocks: one wave of 32 splits on 132 SMs; on 16 SMs, 16 splits of 2
+   * blocks (one wave) beat 32 splits (two waves). */
+  check(splits[0] == 32 && splits[2] == 16, "attention splits follow the SM count (132 -> 32, 16 -> 16)",
+        "got %lld and %lld", splits[0], splits[2]);
+  g_dsa_stub.num_sms = 132;
+}
+
+/* No device / a non-sm_90 device / a launch failure: clear statuses, messages naming the call. */
+static void test_device_errors(void) {
+  const dsa_index_k_store_args ks = kstore(5);
+
+  g_dsa_stub.device_error = DSA_STUB_NO_DEVICE;
+  dsa_stub_begin_call(NULL, 0);
+  dsa_status st = dsa_index_k_store(&ks, 0);
+  check(st == DSA_ERR_NO_DEVICE && strstr(dsa_last_error(), "dsa_index_k_store") && g_dsa_stub.launches == 0,
+        "no device: DSA_ERR_NO_DEVICE, nothing launched", "status %lld, launches %lld", st, g_dsa_stub.launches);
+  g_dsa_stub.device_error = 0;
+
+  g_dsa_stub.cc_major = 8;
+  dsa_stub_begin_call(NULL, 0);
+  st = dsa_index_k_store(&ks, 0);
+  check(st == DSA_ERR_NO_DEVICE && strstr(dsa_last_error(), "sm_80") && g_dsa_stub.launches == 0,
+        "an sm_80 device: DSA_ERR_NO_DEVICE naming it", "status %lld, launches %lld", st, g_dsa_stub.launches);
+  g_dsa_stub.cc_major = 9;
+
+  /* A launch that fails mid-loop ends the call with DSA_ERR_CUDA and the runtime's text. */
+  dsa_topk_args tk;
+  memset(&tk, 0, sizeof tk);
+  tk.scores = FAKE(0x100000000ull);
+  tk.scores_stride = 16;
+  tk.num_rows = 1000;
+  tk.max_len = 16;
+  tk.topk = 8;
+  tk.indices = FAKE(0x200000000ull);
+  size_t ws_bytes = 0;
+  dsa_topk_workspace_size(&tk, &ws_bytes);
+  g_dsa_stub.launch_budget = 2;
+  dsa_stub_begin_call(FAKE(0x100000000000ull), ws_bytes);
+  st = dsa_topk(&tk, FAKE(0x100000000000ull), ws_bytes, 0);
+  check(st == DSA_ERR_CUDA && g_dsa_stub.launches == 2 && strstr(dsa_last_error(), "stub launch failure"),
+        "a launch failing mid-loop: DSA_ERR_CUDA after 2 launches", "status %lld, launches %lld", st,
+        g_dsa_stub.launches);
+  g_dsa_stub.launch_budget = 0;
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  signal(SIGALRM, on_alarm);
+  alarm(60);
+  dsa_stub_init();
+  test_int_max_loops();
+  test_sm_count();
+  test_device_errors();
+  printf("%d passed, %d failed\n", g_pass, g_fail);
+  return g_fail ? 1 : 0;
+}
