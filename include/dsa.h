@@ -34,7 +34,7 @@
  *   - Kernels are built for sm_90a only (H100, H200, H800, H20, GH200); on another device a call
  *     returns DSA_ERR_NO_DEVICE and launches nothing.
  *
- * Layouts (the project's design contract, DESIGN.md, has the full text):
+ * Layouts (the project's design contract, docs/DESIGN.md, has the full text):
  *   Index-K cache, paged, FP8: page p is page_size * (head_dim + 4 * head_dim/128) bytes: first the
  *     page_size FP8-e4m3 rows of head_dim bytes, then page_size x (head_dim/128) float32 scales.
  *     Slot s lives in page s / page_size, row s % page_size.
@@ -51,12 +51,20 @@
 /* The CUDA runtime's own definition, repeated so that this header needs no CUDA include. */
 typedef struct CUstream_st *cudaStream_t;
 
+/* The shared library exports only the functions marked DSA_API (everything else is built with
+ * hidden visibility). */
+#if defined(__GNUC__) || defined(__clang__)
+#define DSA_API __attribute__((visibility("default")))
+#else
+#define DSA_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 #define DSA_VERSION_MAJOR 0
-#define DSA_VERSION_MINOR 1
+#define DSA_VERSION_MINOR 2
 #define DSA_VERSION_PATCH 0
 
 /* Fixed model dimensions this library supports. */
@@ -96,13 +104,13 @@ typedef enum {
 } dsa_kv_format;
 
 /* Version as "MAJOR.MINOR.PATCH". */
-const char *dsa_version(void);
+DSA_API const char *dsa_version(void);
 /* A fixed English name for a status. */
-const char *dsa_status_string(dsa_status status);
+DSA_API const char *dsa_status_string(dsa_status status);
 /* The message of the last failed call on this thread ("" if none yet): which argument, which
  * value. A successful call leaves it unchanged, so it stays readable after later calls succeed;
  * check the status a call returns, not this string, to learn whether that call failed. */
-const char *dsa_last_error(void);
+DSA_API const char *dsa_last_error(void);
 
 /* ------------------------------------------------------------------------------------------------
  * Indexer query side, shared by decode and prefill.
@@ -162,8 +170,8 @@ typedef struct {
   int32_t *topk_lens;            /* [num_tokens] or NULL */
 } dsa_indexer_decode_args;
 
-dsa_status dsa_indexer_decode_workspace_size(const dsa_indexer_decode_args *args, size_t *bytes);
-dsa_status dsa_indexer_decode(const dsa_indexer_decode_args *args, void *workspace,
+DSA_API dsa_status dsa_indexer_decode_workspace_size(const dsa_indexer_decode_args *args, size_t *bytes);
+DSA_API dsa_status dsa_indexer_decode(const dsa_indexer_decode_args *args, void *workspace,
                               size_t workspace_bytes, cudaStream_t stream);
 
 /* Decode scores alone (the first stage of dsa_indexer_decode, for engines that run their own
@@ -175,7 +183,7 @@ typedef struct {
   int64_t scores_stride;          /* >= max_seq_len (or max_blocks_per_req * page_size) */
   int skip_short_rows;
 } dsa_indexer_decode_scores_args;
-dsa_status dsa_indexer_decode_scores(const dsa_indexer_decode_scores_args *args,
+DSA_API dsa_status dsa_indexer_decode_scores(const dsa_indexer_decode_scores_args *args,
                                      cudaStream_t stream);
 
 /* ------------------------------------------------------------------------------------------------
@@ -203,8 +211,8 @@ typedef struct {
   int32_t *topk_lens;                /* [num_tokens] or NULL */
 } dsa_indexer_prefill_args;
 
-dsa_status dsa_indexer_prefill_workspace_size(const dsa_indexer_prefill_args *args, size_t *bytes);
-dsa_status dsa_indexer_prefill(const dsa_indexer_prefill_args *args, void *workspace,
+DSA_API dsa_status dsa_indexer_prefill_workspace_size(const dsa_indexer_prefill_args *args, size_t *bytes);
+DSA_API dsa_status dsa_indexer_prefill(const dsa_indexer_prefill_args *args, void *workspace,
                                size_t workspace_bytes, cudaStream_t stream);
 
 /* Prefill scores alone: scores[t * scores_stride + (w - row_starts[t])] for visible rows w. */
@@ -214,7 +222,7 @@ typedef struct {
   int64_t scores_stride;            /* >= max_rows (or num_workspace_rows) */
   int skip_short_rows;
 } dsa_indexer_prefill_scores_args;
-dsa_status dsa_indexer_prefill_scores(const dsa_indexer_prefill_scores_args *args,
+DSA_API dsa_status dsa_indexer_prefill_scores(const dsa_indexer_prefill_scores_args *args,
                                       cudaStream_t stream);
 
 /* ------------------------------------------------------------------------------------------------
@@ -235,8 +243,8 @@ typedef struct {
   int32_t *lens;           /* [num_rows] or NULL */
 } dsa_topk_args;
 
-dsa_status dsa_topk_workspace_size(const dsa_topk_args *args, size_t *bytes);
-dsa_status dsa_topk(const dsa_topk_args *args, void *workspace, size_t workspace_bytes,
+DSA_API dsa_status dsa_topk_workspace_size(const dsa_topk_args *args, size_t *bytes);
+DSA_API dsa_status dsa_topk(const dsa_topk_args *args, void *workspace, size_t workspace_bytes,
                     cudaStream_t stream);
 
 /* ------------------------------------------------------------------------------------------------
@@ -267,8 +275,8 @@ typedef struct {
   float *lse;               /* [num_tokens, num_heads] or NULL */
 } dsa_sparse_mla_args;
 
-dsa_status dsa_sparse_mla_workspace_size(const dsa_sparse_mla_args *args, size_t *bytes);
-dsa_status dsa_sparse_mla(const dsa_sparse_mla_args *args, void *workspace, size_t workspace_bytes,
+DSA_API dsa_status dsa_sparse_mla_workspace_size(const dsa_sparse_mla_args *args, size_t *bytes);
+DSA_API dsa_status dsa_sparse_mla(const dsa_sparse_mla_args *args, void *workspace, size_t workspace_bytes,
                           cudaStream_t stream);
 
 /* ------------------------------------------------------------------------------------------------
@@ -286,7 +294,7 @@ typedef struct {
   int64_t num_pages;
   int page_size;
 } dsa_index_k_store_args;
-dsa_status dsa_index_k_store(const dsa_index_k_store_args *args, cudaStream_t stream);
+DSA_API dsa_status dsa_index_k_store(const dsa_index_k_store_args *args, cudaStream_t stream);
 
 /* MLA KV store: kv bf16 [num_tokens, 576] -> packed FP8 rows (scale = amax/448 per 128 latent
  * values, rope copied as bf16) or a plain bf16 copy. */
@@ -300,7 +308,7 @@ typedef struct {
   int64_t num_slots;
   int64_t cache_stride;          /* bf16: elements between rows (>= 576); FP8: ignored */
 } dsa_mla_kv_store_args;
-dsa_status dsa_mla_kv_store(const dsa_mla_kv_store_args *args, cudaStream_t stream);
+DSA_API dsa_status dsa_mla_kv_store(const dsa_mla_kv_store_args *args, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -515,7 +515,9 @@ static void test_last_error(void) {
 }
 
 static void test_misc(void) {
-  if (strcmp(dsa_version(), "0.1.0") != 0) { g_fail++; printf("FAIL version %s\n", dsa_version()); } else g_pass++;
+  char want[32];
+  snprintf(want, sizeof want, "%d.%d.%d", DSA_VERSION_MAJOR, DSA_VERSION_MINOR, DSA_VERSION_PATCH);
+  if (strcmp(dsa_version(), want) != 0) { g_fail++; printf("FAIL version %s, header says %s\n", dsa_version(), want); } else g_pass++;
   for (int s = 0; s <= 7; s++)
     if (!dsa_status_string((dsa_status)s)[0]) { g_fail++; printf("FAIL status string %d\n", s); }
   g_pass++;

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # One device-machine session's worth of work, logs to $OUT (the device tool brings them back), a
-# short table printed last. Run from the repository root. Uses ./build when its binaries run on
-# this machine (built on the dev machine and carried), else builds ./build-dev here with ninja.
-# Usage: tools/device_run.sh [test|bench|all|sanitize [tool...]] [extra dsa-bench args...]
+# short table printed last. Run from the repository root. Uses the build in $DSA_BUILD_DIR (default
+# ./build) when its binaries run on this machine (built on the dev machine and carried), else
+# builds ./build-dev here with ninja.
+# Usage: tools/device_run.sh [test|python|bench|all|sanitize [tool...]] [extra dsa-bench args...]
 #   test      both GPU test programs (test_gpu, test_gpu_garbage)
+#   python    the Python package's tests (pytest, GPU part included) and examples/decode_layer.py
 #   bench     dsa-bench glm --check --json
-#   all       test, then bench
+#   all       test, python, then bench
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck, initcheck (or the tools named) over
 #             both GPU test programs; one summary line per tool
 set -uo pipefail
@@ -15,7 +17,7 @@ what=${1:-all}
 shift || true
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
 
-B=build
+B=${DSA_BUILD_DIR:-build}
 if ! "$B/dsa-bench" --help >/dev/null 2>&1 || [ ! -x "$B/test_gpu_garbage" ]; then
   B=build-dev
   echo "building in $B"
@@ -35,6 +37,16 @@ run_tests() {
 
 if [ "$what" = test ] || [ "$what" = all ]; then
   run_tests || rc=$?
+fi
+
+if [ "$what" = python ] || [ "$what" = all ]; then
+  export PYTHONPATH="$PWD/python" DSA_LIBRARY="$PWD/$B/libdsa.so" DSA_ABI_DUMP="$PWD/$B/dsa_abi_dump" PYTHONDONTWRITEBYTECODE=1
+  python3 -m pytest -q -p no:cacheprovider python/tests >"$OUT/pytest.log" 2>&1 || rc=1
+  tail -n 15 "$OUT/pytest.log"
+  for shape in "--batch 1 --context 131072" "--batch 64 --context 32768"; do
+    python3 examples/decode_layer.py $shape >>"$OUT/decode_layer.log" 2>&1 || rc=1
+  done
+  tail -n 8 "$OUT/decode_layer.log"
 fi
 
 if [ "$what" = sanitize ]; then

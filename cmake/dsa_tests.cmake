@@ -1,0 +1,104 @@
+# Tests, registered with CTest under the prefix "dsa." (included from the top CMakeLists.txt when
+# DSA_BUILD_TESTS is on). GPU programs exit 77 without an sm_90 GPU: reported as skipped.
+enable_testing()
+
+add_executable(test_ref tests/test_ref.c)
+target_compile_options(test_ref PRIVATE ${DSA_WARNINGS})
+target_link_libraries(test_ref PRIVATE dsa_ref)
+add_test(NAME dsa.ref COMMAND test_ref)
+
+add_executable(test_api tests/test_api.c)
+target_compile_options(test_api PRIVATE ${DSA_WARNINGS})
+target_link_libraries(test_api PRIVATE dsa_static)
+add_test(NAME dsa.api COMMAND test_api)
+
+# GPU tests: every kernel against the CPU reference (test_gpu); every device array filled with
+# garbage, outputs checked for sanity and guard bytes (test_gpu_garbage). Shared harness in tests/support.
+add_library(dsa_gpu_harness STATIC tests/support/gpu_harness.c)
+target_compile_options(dsa_gpu_harness PRIVATE ${DSA_WARNINGS})
+target_include_directories(dsa_gpu_harness PUBLIC tests/support)
+target_link_libraries(dsa_gpu_harness PUBLIC dsa_static dsa_ref m)
+foreach(prog test_gpu test_gpu_garbage)
+  add_executable(${prog} tests/${prog}.c)
+  target_compile_options(${prog} PRIVATE ${DSA_WARNINGS})
+  target_link_libraries(${prog} PRIVATE dsa_gpu_harness)
+endforeach()
+add_test(NAME dsa.gpu COMMAND test_gpu)
+add_test(NAME dsa.gpu_garbage COMMAND test_gpu_garbage)
+set_tests_properties(dsa.gpu dsa.gpu_garbage PROPERTIES SKIP_RETURN_CODE 77)
+
+# ---- Host-layer tests that run without a GPU, under AddressSanitizer + UndefinedBehaviorSanitizer ----
+include(CheckCSourceCompiles)
+set(DSA_SAN_FLAGS -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer)
+set(CMAKE_REQUIRED_FLAGS "-fsanitize=address,undefined")
+set(CMAKE_REQUIRED_LINK_OPTIONS "-fsanitize=address,undefined")
+check_c_source_compiles("int main(void) { return 0; }" DSA_HAVE_SANITIZERS)
+unset(CMAKE_REQUIRED_FLAGS)
+unset(CMAKE_REQUIRED_LINK_OPTIONS)
+if(NOT DSA_HAVE_SANITIZERS)
+  message(WARNING "dsa: the C compiler cannot build with -fsanitize=address,undefined; host tests and fuzzers run unsanitized")
+  set(DSA_SAN_FLAGS "")
+endif()
+
+# The host layer linked with stub launchers (tests/support/stub_kernels.c): chunk loops run on the CPU.
+add_library(dsa_host_stub STATIC ${DSA_HOST_SOURCES} tests/support/stub_kernels.c)
+target_include_directories(dsa_host_stub PUBLIC include src tests/support)
+target_compile_options(dsa_host_stub PUBLIC ${DSA_SAN_FLAGS} PRIVATE ${DSA_WARNINGS})
+target_link_options(dsa_host_stub PUBLIC ${DSA_SAN_FLAGS})
+
+# The real library with its C sources sanitized (the kernels' objects are shared, not rebuilt).
+add_library(dsa_host_san STATIC ${DSA_HOST_SOURCES} src/device.c $<TARGET_OBJECTS:dsa_kernels>)
+target_include_directories(dsa_host_san PUBLIC include PRIVATE src)
+target_compile_options(dsa_host_san PUBLIC ${DSA_SAN_FLAGS} PRIVATE ${DSA_WARNINGS})
+target_link_options(dsa_host_san PUBLIC ${DSA_SAN_FLAGS})
+target_link_libraries(dsa_host_san PUBLIC CUDA::cudart_static)
+
+add_executable(test_host tests/test_host.c)
+target_link_libraries(test_host PRIVATE dsa_host_stub)
+add_test(NAME dsa.host COMMAND test_host)
+
+add_executable(fuzz_api_stub tests/fuzz_api.c)
+target_compile_definitions(fuzz_api_stub PRIVATE FUZZ_STUB)
+target_link_libraries(fuzz_api_stub PRIVATE dsa_host_stub m)
+add_test(NAME dsa.fuzz_stub COMMAND fuzz_api_stub 2000000 20261130)
+
+add_executable(fuzz_api_real tests/fuzz_api.c)
+target_link_libraries(fuzz_api_real PRIVATE dsa_host_san m)
+add_test(NAME dsa.fuzz_real COMMAND fuzz_api_real 1000000 20261201)
+# The CUDA driver maps memory where ASan keeps its shadow gap; the runtime's one-time allocations
+# are not leaks of ours.
+set_tests_properties(dsa.fuzz_real PROPERTIES ENVIRONMENT "ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0")
+
+# ---- The installed package, used as a consumer would: CMake (both targets) and pkg-config (both) ----
+add_test(NAME dsa.consumer
+         COMMAND ${CMAKE_COMMAND} -E env CC=${CMAKE_C_COMPILER}
+                 sh ${PROJECT_SOURCE_DIR}/tests/consumer/run.sh ${PROJECT_BINARY_DIR} ${PROJECT_SOURCE_DIR}/tests/consumer
+                 ${PROJECT_BINARY_DIR}/consumer)
+
+# ---- Python package (python/dsa) under pytest: the CPU part everywhere, the GPU part on an H100/H200 ----
+# pytest comes from the interpreter found, or from a virtual environment made here once.
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_FOUND)
+  set(DSA_PYTEST_PYTHON ${Python3_EXECUTABLE})
+  execute_process(COMMAND ${Python3_EXECUTABLE} -c "import pytest" RESULT_VARIABLE _dsa_no_pytest OUTPUT_QUIET ERROR_QUIET)
+  if(_dsa_no_pytest)
+    set(_venv ${PROJECT_BINARY_DIR}/pyenv)
+    if(NOT EXISTS ${_venv}/bin/python)
+      message(STATUS "dsa: pytest not found; installing it into ${_venv}")
+      execute_process(COMMAND ${Python3_EXECUTABLE} -m venv --system-site-packages ${_venv} OUTPUT_QUIET)
+      execute_process(COMMAND ${_venv}/bin/python -m pip install -q pytest RESULT_VARIABLE _dsa_pip)
+      if(_dsa_pip)
+        message(WARNING "dsa: could not install pytest (pip exit ${_dsa_pip}); the dsa.python test will fail until it is available")
+      endif()
+    endif()
+    set(DSA_PYTEST_PYTHON ${_venv}/bin/python)
+  endif()
+  add_executable(dsa_abi_dump tests/support/abi_dump.c)
+  target_include_directories(dsa_abi_dump PRIVATE include)
+  add_test(NAME dsa.python
+           COMMAND ${CMAKE_COMMAND} -E env PYTHONPATH=${PROJECT_SOURCE_DIR}/python DSA_LIBRARY=$<TARGET_FILE:dsa>
+                   DSA_ABI_DUMP=$<TARGET_FILE:dsa_abi_dump> PYTHONDONTWRITEBYTECODE=1
+                   ${DSA_PYTEST_PYTHON} -m pytest -q -p no:cacheprovider ${PROJECT_SOURCE_DIR}/python/tests)
+else()
+  message(WARNING "dsa: no Python 3 interpreter: the Python package's tests are not registered")
+endif()

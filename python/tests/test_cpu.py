@@ -1,0 +1,253 @@
+"""The Python package without a GPU: import, version, the ctypes mirror of dsa.h, and every argument
+error path. Arrays here are fake: objects with a __cuda_array_interface__ pointing nowhere; no call
+below gets past validation, except the one run in a subprocess with every device hidden."""
+
+import ctypes
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+import dsa
+from dsa import _lib
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+class Fake:
+    """A device array that exists only as a description (never dereferenced)."""
+
+    _next = 1 << 32
+
+    def __init__(self, shape, typestr, strides=None, ptr=None):
+        if ptr is None:
+            ptr = Fake._next
+            Fake._next += 1 << 32
+        self.__cuda_array_interface__ = {
+            "shape": tuple(shape),
+            "typestr": typestr,
+            "data": (ptr, False),
+            "strides": strides,
+            "version": 3,
+        }
+
+
+F32, I32, I64, U8 = "<f4", "<i4", "<i8", "|u1"
+
+
+class _FakeDevice:
+    def __init__(self, kind):
+        self.type, self.index = kind, 0
+
+    def __str__(self):
+        return f"{self.type}:0"
+
+
+class FakeTorch:
+    """Looks like a torch.Tensor to dsa (module 'torch', data_ptr, dtype, stride, device): lets bf16
+    arguments be faked without PyTorch. Never dereferenced."""
+
+    def __init__(self, shape, dtype="bfloat16", strides=None, device="cuda"):
+        self.shape = tuple(shape)
+        self.dtype = f"torch.{dtype}"
+        if strides is None:
+            strides, acc = [], 1
+            for n in reversed(self.shape):
+                strides.append(acc)
+                acc *= n
+            strides = tuple(reversed(strides))
+        self._strides = tuple(strides)
+        self._ptr = Fake._next
+        Fake._next += 1 << 32
+        self.device = _FakeDevice(device)
+
+    def data_ptr(self):
+        return self._ptr
+
+    def stride(self):
+        return self._strides
+
+
+FakeTorch.__module__ = "torch"
+
+
+def test_import_needs_no_torch():
+    code = "import sys, dsa; assert 'torch' not in sys.modules, 'dsa imported torch'; print(dsa.__all__[0])"
+    subprocess.run([sys.executable, "-c", code], check=True, env=os.environ.copy())
+
+
+def test_version_matches_header():
+    h = (REPO / "include" / "dsa.h").read_text()
+    parts = [re.search(rf"#define DSA_VERSION_{k} (\d+)", h).group(1) for k in ("MAJOR", "MINOR", "PATCH")]
+    assert dsa.version() == ".".join(parts)
+
+
+def test_ctypes_structs_match_the_c_compiler():
+    dump = os.environ.get("DSA_ABI_DUMP")
+    if not dump:
+        pytest.skip("DSA_ABI_DUMP is not set (CTest sets it to the built tests/support/abi_dump.c)")
+    lines = subprocess.run([dump], check=True, capture_output=True, text=True).stdout.splitlines()
+    checked = 0
+    for rec in map(json.loads, lines):
+        cls = _lib.C_NAMES[rec["struct"]]
+        if "size" in rec:
+            assert ctypes.sizeof(cls) == rec["size"], rec
+        else:
+            assert getattr(cls, rec["field"]).offset == rec["offset"], rec
+        checked += 1
+    assert checked > 70
+
+
+# ---- argument errors caught in Python, naming the argument ----
+
+def mla_args(**over):
+    a = dict(
+        q=Fake((2, 16, 576), "<u2"),  # not a dtype dsa takes through the interface: replaced below
+        kv_cache=Fake((1000, 656), U8),
+        indices=Fake((2, 2048), I32),
+        softmax_scale=0.0625,
+        out=Fake((2, 16, 512), "<u2"),
+        workspace=Fake((1 << 20,), U8),
+    )
+    a.update(over)
+    return a
+
+
+def test_not_an_array():
+    with pytest.raises(dsa.DsaArgumentError, match=r"dsa.topk: scores must be a CUDA array"):
+        dsa.topk([1.0, 2.0], topk=1)
+
+
+def test_dtype_unsupported_through_the_interface():
+    # bf16 has no __cuda_array_interface__ type string: such arrays come through PyTorch or DLPack.
+    with pytest.raises(dsa.DsaArgumentError, match=r"dsa.sparse_mla: q has element type '<u2'"):
+        dsa.sparse_mla(**mla_args())
+
+
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        (dict(scores=Fake((4, 100), I32)), r"dsa.topk: scores must be float32 \[\*, \*\], got int32 \[4, 100\]"),
+        (dict(scores=Fake((4, 100, 2), F32)), r"scores must be float32 \[\*, \*\], got float32 \[4, 100, 2\]"),
+        (dict(scores=Fake((4, 100), F32), row_lens=Fake((3,), I32)), r"row_lens must be int32 \[4\], got int32 \[3\]"),
+        (dict(scores=Fake((4, 100), F32), row_lens=Fake((4,), I64)), r"row_lens must be int32 \[4\]"),
+        (dict(scores=Fake((4, 100), F32, strides=(4, 8))), r"scores rows must be contiguous"),
+        (dict(scores=Fake((4, 100), F32), max_len=101), r"max_len = 101 exceeds the 100 columns"),
+        (dict(scores=Fake((4, 100), F32), indices=Fake((4, 7), I32)), r"indices must be int32 \[4, 8\]"),
+        (dict(scores=Fake((4, 100), F32), indices=Fake((4, 8), I32)), r"cannot allocate lens for cai arrays: pass lens="),
+    ],
+)
+def test_topk_argument_errors(kwargs, needle):
+    with pytest.raises(dsa.DsaArgumentError, match=needle):
+        dsa.topk(topk=8, **kwargs)
+
+
+def test_index_k_cache_shape_errors():
+    q = Fake((1, 32, 128), U8)
+    w = Fake((1, 32), F32)
+    qs = Fake((1, 32), F32)
+    common = dict(seq_lens=Fake((1,), I32), block_table=Fake((1, 8), I32), topk=64, softmax_scale=0.1, q_scale=qs)
+    with pytest.raises(dsa.DsaArgumentError, match=r"index_k_cache holds 1000 bytes, not a whole number of 8448-byte pages"):
+        dsa.indexer_decode(q, w, Fake((1000,), U8), **common)
+    with pytest.raises(dsa.DsaArgumentError, match=r"index_k_cache's first dimension \(2\) must be its page count \(4\)"):
+        dsa.indexer_decode(q, w, Fake((2, 2 * 8448), U8), **common)
+    with pytest.raises(dsa.DsaArgumentError, match=r"q_scale is required with FP8 q"):
+        dsa.indexer_decode(q, w, Fake((4, 8448), U8), **{**common, "q_scale": None})
+    with pytest.raises(dsa.DsaArgumentError, match=r"dsa.indexer_decode: weights must be float32 or bfloat16 \[1, 32\]"):
+        dsa.indexer_decode(q, Fake((1, 16), F32), Fake((4, 8448), U8), **common)
+    with pytest.raises(dsa.DsaArgumentError, match=r"block_table must be int32 \[1, \*\]"):
+        dsa.indexer_decode(q, w, Fake((4, 8448), U8), **{**common, "block_table": Fake((2, 8), I32)})
+    with pytest.raises(dsa.DsaArgumentError, match=r"q must be bfloat16 or float8_e4m3fn or uint8 \[2, \*, 128\]"):
+        dsa.indexer_decode(q, w, Fake((4, 8448), U8), **{**common, "q_len_per_req": 2})
+
+
+def test_attention_and_store_errors():
+    q = FakeTorch((2, 16, 576))
+    idx = Fake((2, 64), I32)
+    with pytest.raises(dsa.DsaArgumentError, match=r"q must be bfloat16 \[\*, \*, 576\], got uint8"):
+        dsa.sparse_mla(Fake((2, 16, 576), U8), Fake((10, 656), U8), idx, softmax_scale=0.1)
+    with pytest.raises(dsa.DsaArgumentError, match=r"q is on device 'cpu:0', not a CUDA device"):
+        dsa.sparse_mla(FakeTorch((2, 16, 576), device="cpu"), Fake((10, 656), U8), idx, softmax_scale=0.1)
+    with pytest.raises(dsa.DsaArgumentError, match=r"q must be contiguous"):
+        dsa.sparse_mla(FakeTorch((2, 16, 576), strides=(16 * 600, 600, 1)), Fake((10, 656), U8), idx, softmax_scale=0.1)
+    with pytest.raises(dsa.DsaArgumentError, match=r"kv_cache as packed FP8 must be contiguous uint8 \[..., 656\]"):
+        dsa.sparse_mla(q, Fake((10, 650), U8), idx, softmax_scale=0.1)
+    with pytest.raises(dsa.DsaArgumentError, match=r"kv_cache as bf16 must be \[..., >= 576\]"):
+        dsa.sparse_mla(q, FakeTorch((10, 512)), idx, softmax_scale=0.1)
+    with pytest.raises(dsa.DsaArgumentError, match=r"indices must be int32 \[2, \*\]"):
+        dsa.sparse_mla(q, Fake((10, 656), U8), Fake((3, 64), I32), softmax_scale=0.1)
+    with pytest.raises(dsa.DsaArgumentError, match=r"topk = 65 exceeds the 64 columns of indices"):
+        dsa.sparse_mla(q, Fake((10, 656), U8), idx, softmax_scale=0.1, topk=65)
+    with pytest.raises(dsa.DsaArgumentError, match=r"lse must be float32 \[2, 16\]"):
+        dsa.sparse_mla(q, Fake((10, 656), U8), idx, softmax_scale=0.1, out=FakeTorch((2, 16, 512)), lse=Fake((2,), F32))
+    with pytest.raises(dsa.DsaArgumentError, match=r"dsa.mla_kv_store: slot_mapping must be int64 \[2\]"):
+        dsa.mla_kv_store(FakeTorch((2, 576)), Fake((2,), I32), Fake((10, 656), U8))
+    with pytest.raises(dsa.DsaArgumentError, match=r"dsa.index_k_store: k must be bfloat16 \[\*, 128\]"):
+        dsa.index_k_store(FakeTorch((2, 576)), Fake((2,), I64), Fake((1, 8448), U8))
+    # A C-level check behind the Python ones: the attention's out must be 16-byte aligned.
+    with pytest.raises(dsa.DsaError) as e:
+        out = FakeTorch((2, 16, 512))
+        out._ptr += 8
+        dsa.sparse_mla(q, Fake((10, 656), U8), idx, softmax_scale=0.1, out=out, workspace=Fake((1 << 24,), U8))
+    assert e.value.status == _lib.DSA_ERR_MISALIGNED and "out" in e.value.message
+
+
+# ---- errors from the C library: status and message ----
+
+def topk_call(**over):
+    a = dict(scores=Fake((4, 100), F32), topk=8, indices=Fake((4, 8), I32), lens=Fake((4,), I32),
+             workspace=Fake((1 << 24,), U8))
+    a.update(over)
+    return a
+
+
+def test_c_invalid_value():
+    with pytest.raises(dsa.DsaError) as e:
+        dsa.topk(**topk_call(topk=0, indices=Fake((4, 0), I32)))
+    assert e.value.status == _lib.DSA_ERR_INVALID_VALUE and e.value.status_name == "DSA_ERR_INVALID_VALUE"
+    assert "dsa_topk" in e.value.message and "topk = 0" in e.value.message
+
+
+def test_c_misaligned():
+    bad = Fake((4,), I32, ptr=(1 << 40) + 2)
+    with pytest.raises(dsa.DsaError, match=r"DSA_ERR_MISALIGNED: dsa_topk: lens = 0x[0-9a-f]+ must be 4-byte aligned"):
+        dsa.topk(**topk_call(lens=bad))
+
+
+def test_c_workspace_too_small():
+    with pytest.raises(dsa.DsaError) as e:
+        dsa.topk(**topk_call(workspace=Fake((1000,), U8)))
+    assert e.value.status == _lib.DSA_ERR_WORKSPACE_TOO_SMALL and "workspace_bytes = 1000" in e.value.message
+
+
+def test_workspace_size_queries():
+    assert dsa.topk_workspace_size(Fake((4, 100), F32), topk=8) > 0
+    q = Fake((3, 32, 128), U8)
+    n = dsa.indexer_decode_workspace_size(q, Fake((3, 32), F32), Fake((10, 8448), U8), Fake((3,), I32),
+                                          Fake((3, 40), I32), topk=2048, softmax_scale=0.1, q_scale=Fake((3, 32), F32))
+    assert n > 0  # 40 pages x 64 > 2048: scores are needed
+
+
+def test_valid_call_without_a_device():
+    """A valid call on a machine where no device is visible reports DSA_ERR_NO_DEVICE (run in a
+    subprocess with CUDA_VISIBLE_DEVICES="" so that it cannot launch even on a GPU machine)."""
+    code = (
+        "import dsa, sys\n"
+        "sys.path.insert(0, %r)\n"
+        "from test_cpu import Fake, topk_call\n"
+        "try:\n"
+        "    dsa.topk(**topk_call())\n"
+        "except dsa.DsaError as e:\n"
+        "    assert e.status == 7, e\n"
+        "    print('no device:', e.message)\n"
+        "else:\n"
+        "    raise SystemExit('a valid call succeeded with no device visible')\n" % str(pathlib.Path(__file__).parent)
+    )
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "no device: dsa_topk" in r.stdout
