@@ -174,6 +174,28 @@ def _ptr(v: Optional[View]) -> Optional[int]:
     return None if v is None else (v.ptr or None)
 
 
+def _scores_out(fn: str, scores: Any, like: View, T: int, max_len: int) -> Tuple[Any, View, int]:
+    """(array, view, row stride) of a scores-only call's output: float32 [T, >= max_len]."""
+    scores, sv = _out(fn, "scores", scores, like, (T, max_len) if scores is None else (T, None), "f32", "rows")
+    if sv.shape[1] < max_len:
+        raise DsaArgumentError(f"{fn}: scores must have at least {max_len} columns, got {describe(sv)}")
+    return scores, sv, max(_row_stride(sv), sv.shape[1])
+
+
+def _run_with_workspace(call: str, query: str, a: ctypes.Structure, workspace: Any, views: dict, fn: str,
+                        like: View, stream: Any, device: Optional[int]) -> None:
+    """Sizes the workspace for `a`, takes the caller's or allocates one, and runs the C call."""
+    need = _ws_bytes(query, a)
+    wp, wb, keep = _workspace(fn, need, workspace, like)
+    s = _stream(stream, list(views.values()), device)
+    _raise(getattr(_lib.lib(), call)(ctypes.byref(a), wp or None, wb, s or None))
+    if workspace is None and keep is not None and stream is not None and like.framework == "torch":
+        # Allocated on the current stream but used on another: tell the caching allocator, so the
+        # block is not handed out again before this call's work is done.
+        import torch  # already imported by the caller: the inputs are torch tensors
+        keep.record_stream(torch.cuda.ExternalStream(s, device=keep.device))
+
+
 def _index_k_cache(fn: str, x: Any, page_size: int) -> Tuple[View, int]:
     """The paged FP8 index-K cache as bytes: any contiguous uint8 (or float8) array whose first dim
     is the page count (or 1-D): page_size * 132 bytes a page."""
@@ -275,11 +297,7 @@ def indexer_decode(q: Any, weights: Any, index_k_cache: Any, seq_lens: Any, bloc
     topk_lens, lv = _out(fn, "topk_lens", topk_lens, views["q"], (T,), "i32")
     a.topk_indices = _ptr(iv)
     a.topk_lens = _ptr(lv)
-    need = _ws_bytes("dsa_indexer_decode_workspace_size", a)
-    wp, wb, keep = _workspace(fn, need, workspace, views["q"])
-    s = _stream(stream, list(views.values()), dev)
-    _raise(_lib.lib().dsa_indexer_decode(ctypes.byref(a), wp or None, wb, s or None))
-    del keep
+    _run_with_workspace("dsa_indexer_decode", "dsa_indexer_decode_workspace_size", a, workspace, views, fn, views["q"], stream, dev)
     return topk_indices, topk_lens
 
 
@@ -297,13 +315,11 @@ def indexer_decode_scores(q: Any, weights: Any, index_k_cache: Any, seq_lens: An
     cap = a.max_blocks_per_req * page_size
     max_len = max_seq_len if 0 < max_seq_len < cap else cap
     dev = _same_device(fn, views)
-    scores, sv = _out(fn, "scores", scores, views["q"], (T, max_len) if scores is None else (T, None), "f32", "rows")
-    if sv.shape[1] < max_len:
-        raise DsaArgumentError(f"{fn}: scores must have at least {max_len} columns, got {describe(sv)}")
+    scores, sv, stride = _scores_out(fn, scores, views["q"], T, max_len)
     sa = _lib.IndexerDecodeScoresArgs()
     sa.decode = a
     sa.scores = _ptr(sv)
-    sa.scores_stride = max(_row_stride(sv), sv.shape[1])
+    sa.scores_stride = stride
     sa.skip_short_rows = int(bool(skip_short_rows))
     s = _stream(stream, list(views.values()), dev)
     _raise(_lib.lib().dsa_indexer_decode_scores(ctypes.byref(sa), s or None))
@@ -365,11 +381,7 @@ def indexer_prefill(q: Any, weights: Any, index_k_cache: Any, kv_workspace_slots
     topk_lens, lv = _out(fn, "topk_lens", topk_lens, views["q"], (T,), "i32")
     a.topk_indices = _ptr(iv)
     a.topk_lens = _ptr(lv)
-    need = _ws_bytes("dsa_indexer_prefill_workspace_size", a)
-    wp, wb, keep = _workspace(fn, need, workspace, views["q"])
-    s = _stream(stream, list(views.values()), dev)
-    _raise(_lib.lib().dsa_indexer_prefill(ctypes.byref(a), wp or None, wb, s or None))
-    del keep
+    _run_with_workspace("dsa_indexer_prefill", "dsa_indexer_prefill_workspace_size", a, workspace, views, fn, views["q"], stream, dev)
     return topk_indices, topk_lens
 
 
@@ -385,13 +397,11 @@ def indexer_prefill_scores(q: Any, weights: Any, index_k_cache: Any, kv_workspac
     T, W = a.num_tokens, a.num_workspace_rows
     max_len = max_rows if 0 < max_rows < W else W
     dev = _same_device(fn, views)
-    scores, sv = _out(fn, "scores", scores, views["q"], (T, max_len) if scores is None else (T, None), "f32", "rows")
-    if sv.shape[1] < max_len:
-        raise DsaArgumentError(f"{fn}: scores must have at least {max_len} columns, got {describe(sv)}")
+    scores, sv, stride = _scores_out(fn, scores, views["q"], T, max_len)
     sa = _lib.IndexerPrefillScoresArgs()
     sa.prefill = a
     sa.scores = _ptr(sv)
-    sa.scores_stride = max(_row_stride(sv), sv.shape[1])
+    sa.scores_stride = stride
     sa.skip_short_rows = int(bool(skip_short_rows))
     s = _stream(stream, list(views.values()), dev)
     _raise(_lib.lib().dsa_indexer_prefill_scores(ctypes.byref(sa), s or None))
@@ -437,11 +447,7 @@ def topk(scores: Any, *, topk: int, row_lens: Any = None, max_len: Optional[int]
     lens, lv = _out(fn, "lens", lens, views["scores"], (R,), "i32")
     a.indices = _ptr(iv)
     a.lens = _ptr(lv)
-    need = _ws_bytes("dsa_topk_workspace_size", a)
-    wp, wb, keep = _workspace(fn, need, workspace, views["scores"])
-    s = _stream(stream, list(views.values()), dev)
-    _raise(_lib.lib().dsa_topk(ctypes.byref(a), wp or None, wb, s or None))
-    del keep
+    _run_with_workspace("dsa_topk", "dsa_topk_workspace_size", a, workspace, views, fn, views["scores"], stream, dev)
     return indices, lens
 
 
@@ -524,11 +530,7 @@ def sparse_mla(q: Any, kv_cache: Any, indices: Any, *, softmax_scale: float, len
         lse, lsv = _out(fn, "lse", lse, views["q"], (T, H), "f32")
     a.out = _ptr(ov)
     a.lse = _ptr(lsv)
-    need = _ws_bytes("dsa_sparse_mla_workspace_size", a)
-    wp, wb, keep = _workspace(fn, need, workspace, views["q"])
-    s = _stream(stream, list(views.values()), dev)
-    _raise(_lib.lib().dsa_sparse_mla(ctypes.byref(a), wp or None, wb, s or None))
-    del keep
+    _run_with_workspace("dsa_sparse_mla", "dsa_sparse_mla_workspace_size", a, workspace, views, fn, views["q"], stream, dev)
     return (out, lse) if want_lse else out
 
 

@@ -337,3 +337,21 @@ def test_decode_layer_in_a_cuda_graph():
     ref_out, ref_lse = ref_attention(inputs["q"], ref_kv_rows(kv_cache, True), g_idx, lens, 0.0625)
     out, lse = dsa.sparse_mla(inputs["q"], kv_cache, g_idx, lens=lens, softmax_scale=0.0625, return_lse=True)
     assert_attention("graph layer", out, lse, ref_out, ref_lse)
+
+
+def test_explicit_stream_and_framework_workspace():
+    """stream= another stream than the current one: the call runs there, and the workspace dsa
+    allocated through PyTorch stays reserved for it (record_stream)."""
+    g = gen(80)
+    s = torch.randn(8, 40000, device=DEV, generator=g)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        idx_side = torch.empty(8, 2048, dtype=torch.int32, device=DEV)
+        lens_side = torch.empty(8, dtype=torch.int32, device=DEV)
+    dsa.topk(s, topk=2048, indices=idx_side, lens=lens_side, stream=side)
+    idx, lens = dsa.topk(s, topk=2048)
+    side.synchronize()
+    torch.cuda.synchronize()
+    assert torch.equal(lens_side, lens)
+    assert torch.equal(torch.sort(idx_side, -1).values, torch.sort(idx, -1).values)
