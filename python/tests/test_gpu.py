@@ -355,3 +355,60 @@ def test_explicit_stream_and_framework_workspace():
     torch.cuda.synchronize()
     assert torch.equal(lens_side, lens)
     assert torch.equal(torch.sort(idx_side, -1).values, torch.sort(idx, -1).values)
+
+
+class DLPackOnly:
+    """An array that speaks only DLPack (as JAX's and other frameworks' arrays do)."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __dlpack__(self, stream=None):
+        return self.t.__dlpack__(stream=stream)
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
+
+
+def test_dlpack_arrays():
+    """bf16 attention and the index-K writer through DLPack alone, outputs passed in (dsa cannot
+    allocate for an unknown framework); results equal the PyTorch-path call."""
+    g = gen(90)
+    kv = torch.randn(3000, 576, device=DEV, generator=g).to(torch.bfloat16)
+    q = torch.randn(3, 16, 576, device=DEV, generator=g).to(torch.bfloat16)
+    idx = torch.randint(0, 3000, (3, 512), device=DEV, generator=g, dtype=torch.int32)
+    want = dsa.sparse_mla(q, kv, idx, softmax_scale=0.07)
+    out = torch.empty(3, 16, 512, dtype=torch.bfloat16, device=DEV)
+    with pytest.raises(dsa.DsaArgumentError, match=r"cannot allocate workspace for dlpack arrays: pass workspace="):
+        dsa.sparse_mla(DLPackOnly(q), DLPackOnly(kv), DLPackOnly(idx), softmax_scale=0.07, out=DLPackOnly(out))
+    ws = torch.empty(dsa.sparse_mla_workspace_size(DLPackOnly(q), DLPackOnly(kv), DLPackOnly(idx), softmax_scale=0.07),
+                     dtype=torch.uint8, device=DEV)
+    dsa.sparse_mla(DLPackOnly(q), DLPackOnly(kv), DLPackOnly(idx), softmax_scale=0.07, out=DLPackOnly(out),
+                   workspace=DLPackOnly(ws), stream=torch.cuda.current_stream())
+    torch.cuda.synchronize()
+    assert torch.equal(out, want)
+    c1 = PagedIndexK(2, 91)
+    c2 = c1.cache.clone()
+    k = torch.randn(5, 128, device=DEV, generator=g).to(torch.bfloat16)
+    slots = torch.tensor([3, 70, -1, 100, 127], dtype=torch.int64, device=DEV)
+    dsa.index_k_store(k, slots, c1.cache, page_size=P)
+    dsa.index_k_store(DLPackOnly(k), DLPackOnly(slots), DLPackOnly(c2), page_size=P, stream=torch.cuda.current_stream())
+    torch.cuda.synchronize()
+    assert torch.equal(c1.cache, c2)
+
+
+def test_cupy_arrays():
+    """float32 top-k through __cuda_array_interface__ (CuPy), outputs and workspace allocated by
+    CuPy, on CuPy's current stream; same result as the PyTorch path."""
+    cp = pytest.importorskip("cupy")
+    g = gen(95)
+    s = torch.randn(4, 20000, device=DEV, generator=g)
+    idx_t, lens_t = dsa.topk(s, topk=1024)
+    s_cp = cp.asarray(s.cpu().numpy())
+    idx_c, lens_c = dsa.topk(s_cp, topk=1024)
+    cp.cuda.get_current_stream().synchronize()
+    torch.cuda.synchronize()
+    assert type(idx_c).__module__.split(".")[0] == "cupy"
+    assert (cp.asnumpy(lens_c) == lens_t.cpu().numpy()).all()
+    got = torch.sort(torch.from_numpy(cp.asnumpy(idx_c)), -1).values
+    assert torch.equal(got, torch.sort(idx_t.cpu(), -1).values)
