@@ -310,8 +310,8 @@ __global__ void __launch_bounds__(TK_RESOLVE_THREADS, 1) topk_resolve_kernel(con
   const int src_mode = n_in_bin <= TK_CAND_SMEM ? 0 : n_in_bin <= TK_CAND_CAP ? 1 : 2;
   if (!FUSED && src_mode == 0)
     for (int i = tid; i < n_in_bin; i += TK_RESOLVE_THREADS) {
-      const int pos = cand[i];
-      cs[i] = make_comp(score_key(s[pos]), pos);
+      const int pos = cand[i]; /* clamped like tk_source: a list entry never written reads nothing */
+      cs[i] = (unsigned)pos < (unsigned)L ? make_comp(score_key(s[pos]), pos) : 0;
     }
   const int n_src = src_mode == 2 ? L : n_in_bin;
   __syncthreads();
