@@ -3,10 +3,11 @@
 # short table printed last. Run from the repository root. Uses the build in $DSA_BUILD_DIR (default
 # ./build) when its binaries run on this machine (built on the dev machine and carried), else
 # builds ./build-dev here with ninja.
-# Usage: tools/device_run.sh [test|python|bench|all|sanitize [tool...]] [extra dsa-bench args...]
+# Usage: tools/device_run.sh [test|python|bench|attn|all|sanitize [tool...]] [extra dsa-bench args...]
 #   test      both GPU test programs (test_gpu, test_gpu_garbage)
 #   python    the Python package's tests (pytest, GPU part included) and examples/decode_layer.py
 #   bench     dsa-bench glm --check --json
+#   attn      dsa-bench attn (attention alone): FP8 and bf16 KV, hot with --check, then --cold
 #   all       test, python, then bench
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck, initcheck (or the tools named) over
 #             both GPU test programs; one summary line per tool
@@ -72,6 +73,14 @@ if [ "$what" = sanitize ]; then
     echo "$line"
   done
   printf '%s\n' "${summary[@]}" >"$OUT/sanitize-summary.txt"
+fi
+
+if [ "$what" = attn ]; then
+  for kv in fp8 bf16; do
+    "$B/dsa-bench" attn --kv $kv --check --json "$OUT/attn-$kv-hot.json" "$@" >"$OUT/attn-$kv-hot.log" 2>&1 || rc=$?
+    "$B/dsa-bench" attn --kv $kv --cold --json "$OUT/attn-$kv-cold.json" "$@" >"$OUT/attn-$kv-cold.log" 2>&1 || rc=$?
+    sed -n '/== sparse/,$p' "$OUT/attn-$kv-hot.log" "$OUT/attn-$kv-cold.log" | grep -v "^%"
+  done
 fi
 
 if [ "$what" = bench ] || [ "$what" = all ]; then

@@ -58,6 +58,9 @@
 #define MAX_SIZES 64
 #define MAX_BATCHES 16
 #define MAX_S (1 << 30)
+#define COLD_FLUSH_BYTES ((size_t)256 << 20) /* > 4 x the 60 MB L2 */
+#define ATTN_DECODE_S 8192     /* attn: each decode request's context */
+#define ATTN_PREFILL_S 16384   /* attn: the prefill tokens' context */
 
 /* tokenspeed PR #627 (MI355), ms: totals = scores + top-k + attention. DESIGN.md §6. */
 typedef struct {
@@ -243,7 +246,7 @@ static void upload_generated(void *dev, uint8_t *host_keep, int64_t items, size_
 /* Options                                                                                         */
 /* ---------------------------------------------------------------------------------------------- */
 
-typedef enum { MODE_GLM, MODE_SERVE } bench_mode;
+typedef enum { MODE_GLM, MODE_SERVE, MODE_ATTN } bench_mode;
 
 typedef struct {
   bench_mode mode;
@@ -251,7 +254,7 @@ typedef struct {
   int index_heads, heads, topk;
   int batch, mtp;
   int iters, warmup;
-  int check, gate, device;
+  int check, gate, device, cold;
   int do_decode, do_prefill;
   int64_t sizes[MAX_SIZES];
   int nsizes;
@@ -263,7 +266,7 @@ typedef struct {
 
 static void usage(FILE *f) {
   fprintf(f,
-"usage: dsa-bench glm|serve [options]\n"
+"usage: dsa-bench glm|serve|attn [options]\n"
 "\n"
 "  glm    the reference tables of DESIGN.md §6 at the GLM shapes: decode (1 request x 1 query\n"
 "         token) and prefill (64 query tokens at the end of an S-token context), S = 512 ... 1M.\n"
@@ -271,6 +274,11 @@ static void usage(FILE *f) {
 "         attention 16 heads, packed FP8 KV, scale (192+64)^-0.5. Pages in random order.\n"
 "  serve  serving shapes: decode at batch 64/128/256 x context 8k/32k/64k (same columns), then the\n"
 "         attention stage alone at batch 128 x 128 heads over that batch's top-k (TFLOP/s).\n"
+"  attn   sparse MLA attention alone at the shapes that decide serving cost: decode 1 token x\n"
+"         16/64/128 heads, 64 x 16/64, 256 x 64, 128 x 128 (each request its own 8k context), and\n"
+"         prefill 64 x 16/64/128, 4096 x 128 tokens at the end of one 16k context; topk distinct\n"
+"         random visible positions per token (all valid), KV format from --kv. TFLOP/s as\n"
+"         FlashMLA counts them: 2 x tokens x heads x topk x (576 + 512).\n"
 "\n"
 "options:\n"
 "  --q-dtype fp8|bf16     indexer query: FP8-e4m3 with a positive float32 q_scale (default) or bf16\n"
@@ -295,6 +303,8 @@ static void usage(FILE *f) {
 "  --json FILE            write every row (all columns), device, date and options as JSON\n"
 "  --seed N               random seed (default 1)\n"
 "  --device N             CUDA device (default 0)\n"
+"  --cold                 before every timed replay, write a 256 MB buffer (outside the timed\n"
+"                         events) so that the replay finds none of its inputs in the 60 MB L2\n"
 "  --no-gate              queue timed replays without holding the stream first (then a stage shorter\n"
 "                         than the host's launch time measures the host)\n"
 "  -h, --help             this text\n"
@@ -394,6 +404,11 @@ static void parse_args(int argc, char **argv, options *o) {
     } else if (!strcmp(a, "serve") && !have_mode) {
       o->mode = MODE_SERVE;
       have_mode = 1;
+    } else if (!strcmp(a, "attn") && !have_mode) {
+      o->mode = MODE_ATTN;
+      have_mode = 1;
+    } else if (!strcmp(a, "--cold")) {
+      o->cold = 1;
     } else if (!strcmp(a, "--q-dtype")) {
       NEED_VALUE();
       if (!strcmp(v, "fp8")) o->q_fp8 = 1;
@@ -550,6 +565,7 @@ typedef struct {
   float *d_lse;
   void *d_ws_idx, *d_ws_attn;
   size_t ws_idx_cap, ws_attn_cap;
+  void *d_flush;            /* --cold: written before every timed replay */
 
   /* host (inputs kept for --check; outputs copied back by the checks) */
   uint8_t *h_index_k, *h_kv;
@@ -706,6 +722,7 @@ static void setup(bench *b, int n_req, int64_t max_S, int max_tokens, int max_he
     free(b->h_q_attn);
     b->h_q_attn = NULL;
   }
+  if (o->cold) b->d_flush = dmalloc(COLD_FLUSH_BYTES);
   CK(cudaDeviceSynchronize());
   printf("pool ready in %.1f s\n", now_s() - t0);
   fflush(stdout);
@@ -715,7 +732,7 @@ static void teardown(bench *b) {
   void *dev[] = {b->d_index_k, b->d_kv,     b->d_block_table, b->d_seq_lens, b->d_row_starts,
                  b->d_row_ends, b->d_ws_slots, b->d_q_idx,   b->d_q_scale,  b->d_weights,
                  b->d_q_attn,  b->d_scores, b->d_topk,       b->d_lens,     b->d_out,
-                 b->d_lse,     b->d_ws_idx, b->d_ws_attn};
+                 b->d_lse,     b->d_ws_idx, b->d_ws_attn,     b->d_flush};
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
     if (dev[i]) CK(cudaFree(dev[i]));
   void *host[] = {b->h_index_k, b->h_kv,     b->h_block_table, b->h_seq_lens, b->h_row_starts,
@@ -930,6 +947,7 @@ static double time_stage(bench *b, const stage *s, char *mode, int *gate_timeout
       CK(cudaLaunchHostFunc(st, gate_wait, &b->gate));
     }
     for (int i = 0; i < k; i++) {
+      if (o->cold) CK(cudaMemsetAsync(b->d_flush, i & 0xFF, COLD_FLUSH_BYTES, st));
       CK(cudaEventRecord(b->ev[2 * i], st));
       if (exec)
         CK(cudaGraphLaunch(exec, st));
@@ -955,11 +973,12 @@ static double time_stage(bench *b, const stage *s, char *mode, int *gate_timeout
 /* Rows                                                                                            */
 /* ---------------------------------------------------------------------------------------------- */
 
-typedef enum { TBL_DECODE, TBL_PREFILL, TBL_SERVE_DECODE, TBL_SERVE_ATTN } table_kind;
-static const char *TABLE_NAMES[] = {"decode", "prefill", "serve-decode", "serve-attention"};
+typedef enum { TBL_DECODE, TBL_PREFILL, TBL_SERVE_DECODE, TBL_SERVE_ATTN, TBL_ATTN } table_kind;
+static const char *TABLE_NAMES[] = {"decode", "prefill", "serve-decode", "serve-attention", "attention"};
 
 typedef struct {
   table_kind table;
+  const char *shape;       /* attn rows: the shape's name */
   int batch, q_len, tokens, heads;
   int64_t S, candidates, scored, selected;
   double ms_scores, ms_indexer, ms_topk, ms_attn, ms_total; /* < 0: not measured */
@@ -1392,9 +1411,93 @@ static void run_serve_attn_row(bench *b, row_result *row, int64_t S) {
   row->tflops = 2.0 * (double)row->selected * H * (QK_DIM + V_DIM) / (row->ms_attn * 1e-3) / 1e12;
 }
 
+/* attn: sparse MLA alone. Decode rows: `reqs` requests of one token, each over its own
+ * ATTN_DECODE_S-token context; prefill rows: `tokens` tokens at the end of request 0's
+ * ATTN_PREFILL_S-token context (token t sees ATTN_PREFILL_S - tokens + 1 + t positions). Each token
+ * selects topk distinct random visible positions (Floyd's sampling), mapped to slots through the
+ * request's block-table row: every entry valid, lens = topk. */
+typedef struct {
+  const char *name;
+  int prefill, reqs, tokens, heads;
+} attn_shape;
+static const attn_shape ATTN_SHAPES[] = {
+    {"decode 1 x 16h", 0, 1, 1, 16},        {"decode 1 x 64h", 0, 1, 1, 64},
+    {"decode 1 x 128h", 0, 1, 1, 128},      {"decode 64 x 16h", 0, 64, 64, 16},
+    {"decode 64 x 64h", 0, 64, 64, 64},     {"decode 256 x 64h", 0, 256, 256, 64},
+    {"decode 128 x 128h", 0, 128, 128, 128}, {"prefill 64 x 16h", 1, 1, 64, 16},
+    {"prefill 64 x 64h", 1, 1, 64, 64},     {"prefill 64 x 128h", 1, 1, 64, 128},
+    {"prefill 4096 x 128h", 1, 1, 4096, 128},
+};
+#define ATTN_NSHAPES ((int)(sizeof ATTN_SHAPES / sizeof ATTN_SHAPES[0]))
+
+static void make_attn_indices(bench *b, const attn_shape *sh, rng *r) {
+  const int k = b->o.topk;
+  for (int t = 0; t < sh->tokens; t++) {
+    const int req = sh->prefill ? 0 : t;
+    const int64_t L = sh->prefill ? ATTN_PREFILL_S - sh->tokens + 1 + t : ATTN_DECODE_S;
+    const int n = (int)imin64(k, L);
+    int32_t *row = b->h_topk + (size_t)t * k, *pos = b->ref_topk; /* ref_topk: [topk] scratch */
+    for (int64_t i = L - n, j = 0; i < L; i++, j++) { /* Floyd: n distinct positions of [0, L) */
+      int64_t p = (int64_t)(rng_next(r) % (uint64_t)(i + 1));
+      if (b->mark[p]) p = i;
+      b->mark[p] = 1;
+      pos[j] = (int32_t)p;
+    }
+    for (int j = 0; j < n; j++) {
+      b->mark[pos[j]] = 0;
+      row[j] = b->h_block_table[(int64_t)req * b->ppr + pos[j] / PAGE] * PAGE + pos[j] % PAGE;
+    }
+    for (int j = n; j < k; j++) row[j] = -1;
+    b->h_lens[t] = n;
+  }
+  CK(cudaMemcpy(b->d_topk, b->h_topk, sizeof(int32_t) * (size_t)sh->tokens * k, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(b->d_lens, b->h_lens, sizeof(int32_t) * (size_t)sh->tokens, cudaMemcpyHostToDevice));
+}
+
+static void run_attn_row(bench *b, row_result *row, const attn_shape *sh) {
+  const options *o = &b->o;
+  const int T = sh->tokens, H = sh->heads;
+  row_init(row, TBL_ATTN);
+  row->shape = sh->name;
+  row->batch = sh->reqs;
+  row->q_len = sh->prefill ? T : 1;
+  row->tokens = T;
+  row->heads = H;
+  row->S = sh->prefill ? ATTN_PREFILL_S : ATTN_DECODE_S;
+  rng r = rng_make(o->seed, 100 + (uint64_t)(sh - ATTN_SHAPES));
+  make_attn_indices(b, sh, &r);
+  for (int t = 0; t < T; t++) row->selected += b->h_lens[t];
+  dsa_sparse_mla_args m = attn_args(b, T, H, 0);
+  size_t ws_a = 0;
+  DSA_CK(dsa_sparse_mla_workspace_size(&m, &ws_a));
+  ensure_ws(&b->d_ws_attn, &b->ws_attn_cap, ws_a);
+  stage at = {ST_ATTN, &m, b->d_ws_attn, ws_a};
+  const stage *all[] = {&at};
+  /* poison_and_run poisons the indices too: run the attention on its own after re-uploading them */
+  CK(cudaMemsetAsync(b->d_out, 0xFF, (size_t)T * H * V_DIM * 2, b->stream));
+  CK(cudaMemsetAsync(b->d_lse, 0xFF, sizeof(float) * (size_t)T * H, b->stream));
+  stage_run(all[0], b->stream);
+  CK(cudaStreamSynchronize(b->stream));
+  CK(cudaGetLastError());
+  if (o->check) {
+    double t0 = now_s();
+    check_state c = {0, ""};
+    const int toks[3] = {0, T / 2, T - 1};
+    for (int k = 0; k < 3 && !c.fails; k++) check_attention(b, &c, toks[k], 1, H);
+    finish_check(row, &c, t0);
+  }
+  row->ms_attn = time_stage(b, &at, &row->timing[2], &row->gate_timeouts);
+  row->ms_total = row->ms_attn;
+  set_floors(b, row, 0);
+  row->tflops = 2.0 * (double)row->selected * H * (QK_DIM + V_DIM) / (row->ms_attn * 1e-3) / 1e12;
+}
+
 static void print_progress(const row_result *r) {
   char sl[32];
-  printf("%-15s S=%-5s B=%-3d", TABLE_NAMES[r->table], size_label(r->S, sl, sizeof sl), r->batch);
+  if (r->table == TBL_ATTN)
+    printf("%-20s", r->shape);
+  else
+    printf("%-15s S=%-5s B=%-3d", TABLE_NAMES[r->table], size_label(r->S, sl, sizeof sl), r->batch);
   if (r->ms_scores >= 0)
     printf(" scores %.4f  indexer %.4f", r->ms_scores, r->ms_indexer);
   printf("  attn %.4f ms [%s]", r->ms_attn, r->timing);
@@ -1483,6 +1586,23 @@ static void print_attn_table(const bench *b, const row_result *rows, int n) {
   }
 }
 
+static void print_attn_only_table(const bench *b, const row_result *rows, int n) {
+  printf("\n== sparse MLA attention alone | %s | topk %d, KV %s | median of %d %s, %s L2\n", b->dev_name,
+         b->o.topk, b->o.kv_fp8 ? "packed fp8 (656 B)" : "bf16 (1152 B)", b->o.iters,
+         b->o.gate ? "gated replays" : "replays", b->o.cold ? "cold (256 MB written before each)" : "hot");
+  printf("%-20s %6s %5s %10s %8s %8s %6s %4s %5s\n", "shape", "tokens", "heads", "attn_us", "TFLOP/s", "%bf16pk",
+         "%floor", "t", "check");
+  for (int i = 0; i < n; i++) {
+    const row_result *r = &rows[i];
+    if (r->table != TBL_ATTN) continue;
+    char p3[16], tm[8];
+    snprintf(tm, sizeof tm, "%s%s", r->timing, r->gate_timeouts ? "*" : "");
+    printf("%-20s %6d %5d %10.1f %8.1f %8.1f %6s %4s %5s\n", r->shape, r->tokens, r->heads, r->ms_attn * 1e3,
+           r->tflops, r->tflops * 1e12 / BF16_FLOP_S * 100.0, fmt_pct(p3, sizeof p3, r->floor_attn, r->ms_attn), tm,
+           check_word(r));
+  }
+}
+
 static void json_str(FILE *f, const char *s) {
   fputc('"', f);
   for (; *s; s++) {
@@ -1527,11 +1647,13 @@ static void write_json(const bench *b, const row_result *rows, int n, const char
   fprintf(f, "  \"options\": {\"mode\": \"%s\", \"q_dtype\": \"%s\", \"kv\": \"%s\", \"heads\": %d, "
              "\"index_heads\": %d, \"index_head_dim\": %d, \"topk\": %d, \"page_size\": %d, "
              "\"batch\": %d, \"mtp\": %d, \"iters\": %d, \"warmup\": %d, \"check\": %s, "
-             "\"gate\": %s, \"seed\": %llu, \"device\": %d, "
+             "\"gate\": %s, \"cold\": %s, \"seed\": %llu, \"device\": %d, "
              "\"index_softmax_scale\": %.9g, \"attn_softmax_scale\": %.9g, \"sizes\": [",
-          o->mode == MODE_GLM ? "glm" : "serve", o->q_fp8 ? "fp8" : "bf16", o->kv_fp8 ? "fp8" : "bf16",
+          o->mode == MODE_GLM ? "glm" : o->mode == MODE_SERVE ? "serve" : "attn", o->q_fp8 ? "fp8" : "bf16",
+          o->kv_fp8 ? "fp8" : "bf16",
           o->heads, o->index_heads, IDX_DIM, o->topk, PAGE, o->batch, o->mtp, o->iters, o->warmup,
-          o->check ? "true" : "false", o->gate ? "true" : "false", (unsigned long long)o->seed,
+          o->check ? "true" : "false", o->gate ? "true" : "false", o->cold ? "true" : "false",
+          (unsigned long long)o->seed,
           o->device, 1.0 / sqrt((double)IDX_DIM * o->index_heads), (double)ATTN_SCALE);
   for (int i = 0; i < o->nsizes; i++) fprintf(f, "%s%lld", i ? ", " : "", (long long)o->sizes[i]);
   fprintf(f, "], \"batches\": [");
@@ -1541,10 +1663,12 @@ static void write_json(const bench *b, const row_result *rows, int n, const char
           BW_BYTES_S, BF16_FLOP_S, FP8_FLOP_S);
   for (int i = 0; i < n; i++) {
     const row_result *r = &rows[i];
-    fprintf(f, "    {\"table\": \"%s\", \"S\": %lld, \"batch\": %d, \"q_len\": %d, \"tokens\": %d, "
+    fprintf(f, "    {\"table\": \"%s\", \"shape\": ", TABLE_NAMES[r->table]);
+    json_str(f, r->shape ? r->shape : "");
+    fprintf(f, ", \"S\": %lld, \"batch\": %d, \"q_len\": %d, \"tokens\": %d, "
                "\"heads\": %d, \"candidates\": %lld, \"scored_candidates\": %lld, "
                "\"selected\": %lld",
-            TABLE_NAMES[r->table], (long long)r->S, r->batch, r->q_len, r->tokens, r->heads,
+            (long long)r->S, r->batch, r->q_len, r->tokens, r->heads,
             (long long)r->candidates, (long long)r->scored, (long long)r->selected);
     fprintf(f, ", \"scores_ms\": ");
     json_num(f, r->ms_scores, r->ms_scores >= 0);
@@ -1573,7 +1697,7 @@ static void write_json(const bench *b, const row_result *rows, int n, const char
     fprintf(f, ", \"ours_over_gluon\": ");
     json_num(f, r->gluon_ms > 0 ? r->ms_total / r->gluon_ms : 0, r->gluon_ms > 0);
     fprintf(f, ", \"attn_tflops\": ");
-    json_num(f, r->tflops, r->table == TBL_SERVE_ATTN);
+    json_num(f, r->tflops, r->table == TBL_SERVE_ATTN || r->table == TBL_ATTN);
     fprintf(f, ", \"timing\": \"%s\", \"gate_timeouts\": %d, \"check\": \"%s\", \"check_s\": ",
             r->timing, r->gate_timeouts, r->check < 0 ? "not run" : r->check ? "fail" : "ok");
     json_num(f, r->check_s, r->check >= 0);
@@ -1622,6 +1746,20 @@ int main(int argc, char **argv) {
         run_prefill_row(&b, &rows[nrows], o->sizes[i]);
         print_progress(&rows[nrows++]);
       }
+  } else if (o->mode == MODE_ATTN) {
+    int max_T = 0, max_H = 0, max_R = 1;
+    for (int i = 0; i < ATTN_NSHAPES; i++) {
+      max_T = ATTN_SHAPES[i].tokens > max_T ? ATTN_SHAPES[i].tokens : max_T;
+      max_H = ATTN_SHAPES[i].heads > max_H ? ATTN_SHAPES[i].heads : max_H;
+      max_R = ATTN_SHAPES[i].reqs > max_R ? ATTN_SHAPES[i].reqs : max_R;
+    }
+    rows = xmalloc(sizeof(row_result) * ATTN_NSHAPES);
+    printf("dsa-bench attn on %s (dsa %s)\n", b.dev_name, dsa_version());
+    setup(&b, max_R, imax64(ATTN_DECODE_S, ATTN_PREFILL_S), max_T, max_H, 0);
+    for (int i = 0; i < ATTN_NSHAPES; i++) {
+      run_attn_row(&b, &rows[nrows], &ATTN_SHAPES[i]);
+      print_progress(&rows[nrows++]);
+    }
   } else {
     int max_B = SERVE_ATTN_BATCH;
     for (int i = 0; i < o->nbatches; i++) max_B = o->batches[i] > max_B ? o->batches[i] : max_B;
@@ -1646,7 +1784,9 @@ int main(int argc, char **argv) {
 
   /* Tables last: the device tool keeps the tail of the output. */
   char cfg[64];
-  if (o->mode == MODE_GLM) {
+  if (o->mode == MODE_ATTN) {
+    print_attn_only_table(&b, rows, nrows);
+  } else if (o->mode == MODE_GLM) {
     snprintf(cfg, sizeof cfg, "decode %d req x %d token", o->batch, o->mtp);
     print_stage_table(&b, cfg, rows, nrows, TBL_DECODE);
     print_stage_table(&b, "prefill 64 tokens at the end of S", rows, nrows, TBL_PREFILL);
