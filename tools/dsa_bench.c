@@ -1369,6 +1369,22 @@ static void run_prefill_row(bench *b, row_result *row, int64_t S) {
   }
 }
 
+/* An attention-only row after one run: --check of tokens 0, T/2, T-1 against the reference (on the
+ * indices in h_topk / h_lens), then the timing, the floor and TFLOP/s. */
+static void check_and_time_attention(bench *b, row_result *row, const stage *at, int T, int H) {
+  if (b->o.check) {
+    double t0 = now_s();
+    check_state c = {0, ""};
+    const int toks[3] = {0, T / 2, T - 1};
+    for (int k = 0; k < 3 && !c.fails; k++) check_attention(b, &c, toks[k], 1, H);
+    finish_check(row, &c, t0);
+  }
+  row->ms_attn = time_stage(b, at, &row->timing[2], &row->gate_timeouts);
+  row->ms_total = row->ms_attn;
+  set_floors(b, row, 0);
+  row->tflops = 2.0 * (double)row->selected * H * (QK_DIM + V_DIM) / (row->ms_attn * 1e-3) / 1e12;
+}
+
 /* Serve: attention alone at SERVE_ATTN_BATCH requests x SERVE_ATTN_HEADS heads, over the top-k of
  * a decode step at context S (the indexer runs once, untimed, to produce it). */
 static void run_serve_attn_row(bench *b, row_result *row, int64_t S) {
@@ -1397,18 +1413,8 @@ static void run_serve_attn_row(bench *b, row_result *row, int64_t S) {
   stage at = {ST_ATTN, &m, b->d_ws_attn, ws_a};
   const stage *all[] = {&ix, &at};
   poison_and_run(b, T, H, 0, all, 2);
-  if (o->check) {
-    double t0 = now_s();
-    check_state c = {0, ""};
-    copy_topk_back(b, T);
-    const int toks[3] = {0, T / 2, T - 1};
-    for (int k = 0; k < 3 && !c.fails; k++) check_attention(b, &c, toks[k], 1, H);
-    finish_check(row, &c, t0);
-  }
-  row->ms_attn = time_stage(b, &at, &row->timing[2], &row->gate_timeouts);
-  row->ms_total = row->ms_attn;
-  set_floors(b, row, 0);
-  row->tflops = 2.0 * (double)row->selected * H * (QK_DIM + V_DIM) / (row->ms_attn * 1e-3) / 1e12;
+  if (o->check) copy_topk_back(b, T);
+  check_and_time_attention(b, row, &at, T, H);
 }
 
 /* attn: sparse MLA alone. Decode rows: `reqs` requests of one token, each over its own
@@ -1472,24 +1478,13 @@ static void run_attn_row(bench *b, row_result *row, const attn_shape *sh) {
   DSA_CK(dsa_sparse_mla_workspace_size(&m, &ws_a));
   ensure_ws(&b->d_ws_attn, &b->ws_attn_cap, ws_a);
   stage at = {ST_ATTN, &m, b->d_ws_attn, ws_a};
-  const stage *all[] = {&at};
-  /* poison_and_run poisons the indices too: run the attention on its own after re-uploading them */
+  /* Outputs poisoned, indices kept (poison_and_run would poison those too), one run, checked. */
   CK(cudaMemsetAsync(b->d_out, 0xFF, (size_t)T * H * V_DIM * 2, b->stream));
   CK(cudaMemsetAsync(b->d_lse, 0xFF, sizeof(float) * (size_t)T * H, b->stream));
-  stage_run(all[0], b->stream);
+  stage_run(&at, b->stream);
   CK(cudaStreamSynchronize(b->stream));
   CK(cudaGetLastError());
-  if (o->check) {
-    double t0 = now_s();
-    check_state c = {0, ""};
-    const int toks[3] = {0, T / 2, T - 1};
-    for (int k = 0; k < 3 && !c.fails; k++) check_attention(b, &c, toks[k], 1, H);
-    finish_check(row, &c, t0);
-  }
-  row->ms_attn = time_stage(b, &at, &row->timing[2], &row->gate_timeouts);
-  row->ms_total = row->ms_attn;
-  set_floors(b, row, 0);
-  row->tflops = 2.0 * (double)row->selected * H * (QK_DIM + V_DIM) / (row->ms_attn * 1e-3) / 1e12;
+  check_and_time_attention(b, row, &at, T, H);
 }
 
 static void print_progress(const row_result *r) {
