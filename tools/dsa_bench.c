@@ -850,6 +850,15 @@ typedef struct {
   size_t ws_bytes;
 } stage;
 
+/* The attention stage over args m (which must outlive it): its workspace sized and held in the pool. */
+static stage attn_stage(bench *b, const dsa_sparse_mla_args *m) {
+  size_t ws = 0;
+  DSA_CK(dsa_sparse_mla_workspace_size(m, &ws));
+  ensure_ws(&b->d_ws_attn, &b->ws_attn_cap, ws);
+  const stage s = {ST_ATTN, m, b->d_ws_attn, ws};
+  return s;
+}
+
 static dsa_status stage_call(const stage *s, cudaStream_t st) {
   switch (s->kind) {
   case ST_DEC_SCORES: return dsa_indexer_decode_scores(s->args, st);
@@ -1301,14 +1310,12 @@ static void run_decode_row(bench *b, row_result *row, table_kind tbl, int B, int
   sa.scores_stride = S;
   sa.skip_short_rows = 1;
   dsa_sparse_mla_args m = attn_args(b, T, H, 0);
-  size_t ws_i = 0, ws_a = 0;
+  size_t ws_i = 0;
   DSA_CK(dsa_indexer_decode_workspace_size(&a, &ws_i));
-  DSA_CK(dsa_sparse_mla_workspace_size(&m, &ws_a));
   ensure_ws(&b->d_ws_idx, &b->ws_idx_cap, ws_i);
-  ensure_ws(&b->d_ws_attn, &b->ws_attn_cap, ws_a);
   stage sc = {ST_DEC_SCORES, &sa, NULL, 0};
   stage ix = {ST_DEC_INDEXER, &a, b->d_ws_idx, ws_i};
-  stage at = {ST_ATTN, &m, b->d_ws_attn, ws_a};
+  stage at = attn_stage(b, &m);
   const stage *all[] = {&sc, &ix, &at};
   poison_and_run(b, T, H, (size_t)T * (size_t)S, all, 3);
   if (o->check) check_decode(b, row, B, S, tbl == TBL_SERVE_DECODE, 1);
@@ -1349,14 +1356,12 @@ static void run_prefill_row(bench *b, row_result *row, int64_t S) {
   sa.scores_stride = S;
   sa.skip_short_rows = 1;
   dsa_sparse_mla_args m = attn_args(b, T, H, 0);
-  size_t ws_i = 0, ws_a = 0;
+  size_t ws_i = 0;
   DSA_CK(dsa_indexer_prefill_workspace_size(&a, &ws_i));
-  DSA_CK(dsa_sparse_mla_workspace_size(&m, &ws_a));
   ensure_ws(&b->d_ws_idx, &b->ws_idx_cap, ws_i);
-  ensure_ws(&b->d_ws_attn, &b->ws_attn_cap, ws_a);
   stage sc = {ST_PRE_SCORES, &sa, NULL, 0};
   stage ix = {ST_PRE_INDEXER, &a, b->d_ws_idx, ws_i};
-  stage at = {ST_ATTN, &m, b->d_ws_attn, ws_a};
+  stage at = attn_stage(b, &m);
   const stage *all[] = {&sc, &ix, &at};
   poison_and_run(b, T, H, (size_t)T * (size_t)S, all, 3);
   if (o->check) check_prefill(b, row, S);
@@ -1404,13 +1409,11 @@ static void run_serve_attn_row(bench *b, row_result *row, int64_t S) {
   upload_seq_lens(b, B, S);
   dsa_indexer_decode_args a = decode_args(b, B, S, 0);
   dsa_sparse_mla_args m = attn_args(b, T, H, 0);
-  size_t ws_i = 0, ws_a = 0;
+  size_t ws_i = 0;
   DSA_CK(dsa_indexer_decode_workspace_size(&a, &ws_i));
-  DSA_CK(dsa_sparse_mla_workspace_size(&m, &ws_a));
   ensure_ws(&b->d_ws_idx, &b->ws_idx_cap, ws_i);
-  ensure_ws(&b->d_ws_attn, &b->ws_attn_cap, ws_a);
   stage ix = {ST_DEC_INDEXER, &a, b->d_ws_idx, ws_i};
-  stage at = {ST_ATTN, &m, b->d_ws_attn, ws_a};
+  stage at = attn_stage(b, &m);
   const stage *all[] = {&ix, &at};
   poison_and_run(b, T, H, 0, all, 2);
   if (o->check) copy_topk_back(b, T);
@@ -1474,10 +1477,7 @@ static void run_attn_row(bench *b, row_result *row, const attn_shape *sh) {
   make_attn_indices(b, sh, &r);
   for (int t = 0; t < T; t++) row->selected += b->h_lens[t];
   dsa_sparse_mla_args m = attn_args(b, T, H, 0);
-  size_t ws_a = 0;
-  DSA_CK(dsa_sparse_mla_workspace_size(&m, &ws_a));
-  ensure_ws(&b->d_ws_attn, &b->ws_attn_cap, ws_a);
-  stage at = {ST_ATTN, &m, b->d_ws_attn, ws_a};
+  stage at = attn_stage(b, &m);
   /* Outputs poisoned, indices kept (poison_and_run would poison those too), one run, checked. */
   CK(cudaMemsetAsync(b->d_out, 0xFF, (size_t)T * H * V_DIM * 2, b->stream));
   CK(cudaMemsetAsync(b->d_lse, 0xFF, sizeof(float) * (size_t)T * H, b->stream));

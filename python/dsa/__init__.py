@@ -117,6 +117,8 @@ def _prod(xs) -> int:
 
 
 def _row_stride(v: View) -> int:
+    """Elements between rows of a view that passed _arg's "rows" (or "contiguous") check: at least
+    the row length, so no caller needs to clamp it."""
     return int(v.strides[0]) if len(v.shape) >= 1 and v.shape[0] > 1 else _prod(v.shape[1:])
 
 
@@ -179,7 +181,7 @@ def _scores_out(fn: str, scores: Any, like: View, T: int, max_len: int) -> Tuple
     scores, sv = _out(fn, "scores", scores, like, (T, max_len) if scores is None else (T, None), "f32", "rows")
     if sv.shape[1] < max_len:
         raise DsaArgumentError(f"{fn}: scores must have at least {max_len} columns, got {describe(sv)}")
-    return scores, sv, max(_row_stride(sv), sv.shape[1])
+    return scores, sv, _row_stride(sv)
 
 
 def _run_with_workspace(call: str, query: str, a: ctypes.Structure, workspace: Any, views: dict, fn: str,
@@ -256,7 +258,7 @@ def _decode_args(fn, q, weights, index_k_cache, seq_lens, block_table, topk, sof
     a.cache.page_size = page_size
     a.seq_lens = _ptr(sl)
     a.block_table = _ptr(bt)
-    a.block_table_stride = max(_row_stride(bt), bt.shape[1])
+    a.block_table_stride = _row_stride(bt)
     a.max_blocks_per_req = bt.shape[1]
     a.num_reqs = R
     a.q_len_per_req = q_len_per_req
@@ -420,7 +422,7 @@ def _topk_args(fn, scores, topk, row_lens, max_len):
     a.max_len = sv.shape[1] if max_len is None else int(max_len)
     if a.max_len > sv.shape[1]:
         raise DsaArgumentError(f"{fn}: max_len = {a.max_len} exceeds the {sv.shape[1]} columns of scores")
-    a.scores_stride = max(_row_stride(sv), sv.shape[1])
+    a.scores_stride = _row_stride(sv)
     a.num_rows = R
     a.row_lens = _ptr(lv)
     a.topk = topk
@@ -495,7 +497,7 @@ def _mla_args(fn, q, kv_cache, indices, softmax_scale, lens, topk):
     a.num_slots = slots
     a.kv_stride = stride
     a.indices = _ptr(iv)
-    a.indices_stride = max(_row_stride(iv), iv.shape[1])
+    a.indices_stride = _row_stride(iv)
     a.topk = k
     a.lens = _ptr(lv)
     a.softmax_scale = float(softmax_scale)
@@ -549,7 +551,7 @@ def index_k_store(k: Any, slot_mapping: Any, index_k_cache: Any, *, page_size: i
     dev = _same_device(fn, views)
     a = _lib.IndexKStoreArgs()
     a.k = _ptr(kv)
-    a.k_stride = max(_row_stride(kv), INDEX_HEAD_DIM)
+    a.k_stride = _row_stride(kv)
     a.slot_mapping = _ptr(sm)
     a.num_tokens = T
     a.cache = _ptr(cv)
@@ -572,7 +574,7 @@ def mla_kv_store(kv: Any, slot_mapping: Any, kv_cache: Any, *, stream: Any = Non
     dev = _same_device(fn, views)
     a = _lib.MlaKvStoreArgs()
     a.kv = _ptr(kvv)
-    a.kv_stride = max(_row_stride(kvv), MLA_QK_DIM)
+    a.kv_stride = _row_stride(kvv)
     a.slot_mapping = _ptr(sm)
     a.num_tokens = T
     a.cache = _ptr(cv)
