@@ -24,8 +24,15 @@ foreach(prog test_gpu test_gpu_garbage)
   target_link_libraries(${prog} PRIVATE dsa_gpu_harness)
 endforeach()
 add_test(NAME dsa.gpu COMMAND test_gpu)
+# The attention cases on each kernel version forced (dsa.gpu runs the per-shape choice).
+add_test(NAME dsa.gpu_v1 COMMAND test_gpu)
+set_tests_properties(dsa.gpu_v1 PROPERTIES ENVIRONMENT "DSA_MLA_KERNEL=v1;DSA_TEST_ONLY=MLA")
+add_test(NAME dsa.gpu_v2 COMMAND test_gpu)
+set_tests_properties(dsa.gpu_v2 PROPERTIES ENVIRONMENT "DSA_MLA_KERNEL=v2;DSA_TEST_ONLY=MLA")
 add_test(NAME dsa.gpu_garbage COMMAND test_gpu_garbage)
-set_tests_properties(dsa.gpu dsa.gpu_garbage PROPERTIES SKIP_RETURN_CODE 77)
+add_test(NAME dsa.gpu_garbage_v2 COMMAND test_gpu_garbage)
+set_tests_properties(dsa.gpu_garbage_v2 PROPERTIES ENVIRONMENT "DSA_MLA_KERNEL=v2;DSA_TEST_ONLY=attention")
+set_tests_properties(dsa.gpu dsa.gpu_v1 dsa.gpu_v2 dsa.gpu_garbage dsa.gpu_garbage_v2 PROPERTIES SKIP_RETURN_CODE 77)
 
 # ---- Host-layer tests that run without a GPU, under AddressSanitizer + UndefinedBehaviorSanitizer ----
 include(CheckCSourceCompiles)

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dsa_kernels.h"
@@ -574,6 +575,15 @@ static dsa_status check_mla(const char *fn, const dsa_sparse_mla_args *a, int ne
   return DSA_OK;
 }
 
+/* Which attention kernel: DSA_MLA_KERNEL=v1 or v2 forces one (comparisons, tests, bisecting);
+ * otherwise the one measured faster for the shape (dsa_mla_choose_kernel, plan.c). */
+static int mla_kernel_choice(const dsa_sparse_mla_args *a, int sms) {
+  const char *e = getenv("DSA_MLA_KERNEL");
+  if (e && strcmp(e, "v1") == 0) return DSA_MLA_KERNEL_MMA;
+  if (e && strcmp(e, "v2") == 0) return DSA_MLA_KERNEL_SM90;
+  return dsa_mla_choose_kernel(a, sms);
+}
+
 dsa_status dsa_sparse_mla_workspace_size(const dsa_sparse_mla_args *a, size_t *bytes) {
   const char *fn = "dsa_sparse_mla_workspace_size";
   if (!bytes) return fail(DSA_ERR_NULL_POINTER, "%s: bytes is NULL", fn);
@@ -590,7 +600,7 @@ dsa_status dsa_sparse_mla(const dsa_sparse_mla_args *a, void *ws, size_t ws_byte
   CHECK(check_workspace(fn, ws, ws_bytes, dsa_mla_workspace_bound(a)));
   int sms = 0;
   CHECK(need_device(fn, &sms));
-  const dsa_mla_plan plan = dsa_mla_make_plan(a, sms);
+  const dsa_mla_plan plan = dsa_mla_make_plan(a, sms, mla_kernel_choice(a, sms));
   return cuda_status(fn, dsa_sparse_mla_launch(a, &plan, ws, stream));
 }
 

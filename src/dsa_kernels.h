@@ -34,14 +34,24 @@ const char *dsa_cuda_error_string(int err);
 
 /* ---- plan.c: host-only planning shared by the real launchers and the stubs ---- */
 /* Sparse MLA: one CTA per (token, head group of 16*mt heads, split of the index list). */
+typedef enum {
+  DSA_MLA_KERNEL_MMA = 0,   /* v1, sparse_mla.cu: mma.sync, split partials + combine kernel */
+  DSA_MLA_KERNEL_SM90 = 1   /* v2, sparse_mla_sm90.cu: wgmma, splits merged in a cluster */
+} dsa_mla_kernel;
 typedef struct {
-  int mt;               /* m-tiles of 16 heads per CTA: 1, 2 or 4 */
+  int kernel;           /* dsa_mla_kernel */
+  int mt;               /* heads per CTA / 16: v1 1, 2 or 4; v2 1 or 2 */
   int groups;           /* head groups per token */
   int num_blocks;       /* MLA_BLOCK_N-entry blocks of topk */
-  int splits;           /* CTAs per (token, group); > 1 needs the workspace and a combine */
+  int splits;           /* CTAs per (token, group); v1: > 1 needs the workspace and a combine;
+                           v2: the cluster size (<= 8), no workspace */
   int blocks_per_split;
 } dsa_mla_plan;
-dsa_mla_plan dsa_mla_make_plan(const dsa_sparse_mla_args *a, int num_sms);
+/* The version measured faster for a shape on the H200 (docs/PERF.md, 2026-11-30): v2 for packed
+ * FP8 KV, <= 64 heads, >= 32 tokens and at most two waves of v2 CTAs; v1 elsewhere. */
+int dsa_mla_choose_kernel(const dsa_sparse_mla_args *a, int num_sms);
+/* kernel: which version to plan for. */
+dsa_mla_plan dsa_mla_make_plan(const dsa_sparse_mla_args *a, int num_sms, int kernel);
 /* Scratch bytes a plan needs: the split partials (0 for one split). */
 size_t dsa_mla_plan_workspace(const dsa_sparse_mla_args *a, const dsa_mla_plan *pl);
 /* What dsa_sparse_mla_workspace_size reports: the most any plan for <= DSA_PLAN_MAX_SMS SMs
@@ -60,6 +70,8 @@ dsa_topk_layout dsa_topk_ws_layout(int num_rows);
 /* ---- sparse_mla.cu ---- */
 int dsa_sparse_mla_launch(const dsa_sparse_mla_args *a, const dsa_mla_plan *plan, void *workspace,
                           cudaStream_t stream);
+/* ---- sparse_mla_sm90.cu (called by dsa_sparse_mla_launch for v2 plans) ---- */
+int dsa_sparse_mla_sm90_launch(const dsa_sparse_mla_args *a, const dsa_mla_plan *plan, cudaStream_t stream);
 
 /* ---- cache_store.cu ---- */
 int dsa_index_k_store_launch(const dsa_index_k_store_args *a, cudaStream_t stream);

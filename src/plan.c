@@ -28,9 +28,48 @@ dsa_topk_layout dsa_topk_ws_layout(int num_rows) {
  * Splits: only while the grid is under one wave (one resident CTA per SM: every configuration
  * uses > 114 KB of shared memory) and at most 2 CTAs per SM in all (bounds the workspace); among
  * those, the fewest waves x (blocks per split + 1) (+1 for the combine). */
-dsa_mla_plan dsa_mla_make_plan(const dsa_sparse_mla_args *a, int num_sms) {
+/* v2: HN = 16 or 32 heads per CTA; splits form a cluster of 1, 2, 4 or 8 CTAs and need no
+ * workspace. Among those, the fewest waves x (chunks per split + 1) (+1 for the merge). */
+static dsa_mla_plan mla_plan_sm90(const dsa_sparse_mla_args *a, int num_sms) {
   dsa_mla_plan pl;
   const int H = a->num_heads;
+  pl.kernel = DSA_MLA_KERNEL_SM90;
+  pl.mt = H <= 16 ? 1 : 2;
+  pl.groups = (H + 16 * pl.mt - 1) / (16 * pl.mt);
+  pl.num_blocks = (a->topk + MLA_BLOCK_N - 1) / MLA_BLOCK_N;
+  pl.splits = 1;
+  pl.blocks_per_split = pl.num_blocks;
+  if (num_sms < 1) num_sms = 1;
+  const int64_t units = (int64_t)(a->num_tokens > 0 ? a->num_tokens : 1) * pl.groups;
+  int64_t best_cost = INT64_MAX;
+  for (int s = 1; s <= 8; s *= 2) {
+    const int bps = (pl.num_blocks + s - 1) / s;
+    if (s > 1 && (pl.num_blocks + bps - 1) / bps != s) break; /* fewer real splits than s */
+    const int64_t waves = (units * s + num_sms - 1) / num_sms;
+    const int64_t cost = waves * (bps + 1) + (s > 1 ? 1 : 0);
+    if (cost < best_cost) {
+      best_cost = cost;
+      pl.splits = s;
+      pl.blocks_per_split = bps;
+    }
+  }
+  return pl;
+}
+
+int dsa_mla_choose_kernel(const dsa_sparse_mla_args *a, int num_sms) {
+  if (num_sms < 1) num_sms = 1;
+  const int64_t groups = (a->num_heads + 31) / 32;
+  if (a->kv_format == DSA_KV_FP8_PACKED && a->num_heads <= 64 && a->num_tokens >= 32 &&
+      (int64_t)a->num_tokens * groups <= 2 * (int64_t)num_sms)
+    return DSA_MLA_KERNEL_SM90;
+  return DSA_MLA_KERNEL_MMA;
+}
+
+dsa_mla_plan dsa_mla_make_plan(const dsa_sparse_mla_args *a, int num_sms, int kernel) {
+  if (kernel == DSA_MLA_KERNEL_SM90) return mla_plan_sm90(a, num_sms);
+  dsa_mla_plan pl;
+  const int H = a->num_heads;
+  pl.kernel = DSA_MLA_KERNEL_MMA;
   pl.mt = H <= 16 ? 1 : ((H <= 32 || a->kv_format != DSA_KV_FP8_PACKED) ? 2 : 4);
   pl.groups = (H + 16 * pl.mt - 1) / (16 * pl.mt);
   pl.num_blocks = (a->topk + MLA_BLOCK_N - 1) / MLA_BLOCK_N;
@@ -64,7 +103,7 @@ static size_t mla_split_bytes(const dsa_sparse_mla_args *a, int64_t splits) {
 }
 
 size_t dsa_mla_plan_workspace(const dsa_sparse_mla_args *a, const dsa_mla_plan *pl) {
-  if (a->num_tokens <= 0 || pl->splits <= 1) return 0;
+  if (a->num_tokens <= 0 || pl->splits <= 1 || pl->kernel == DSA_MLA_KERNEL_SM90) return 0;
   return mla_split_bytes(a, pl->splits);
 }
 
@@ -72,7 +111,7 @@ size_t dsa_mla_plan_workspace(const dsa_sparse_mla_args *a, const dsa_mla_plan *
  * 2 s / units (and num_blocks) pieces: that many splits is an upper bound for every device. */
 size_t dsa_mla_workspace_bound(const dsa_sparse_mla_args *a) {
   if (a->num_tokens <= 0) return 0;
-  const dsa_mla_plan pl = dsa_mla_make_plan(a, DSA_PLAN_MAX_SMS);
+  const dsa_mla_plan pl = dsa_mla_make_plan(a, DSA_PLAN_MAX_SMS, DSA_MLA_KERNEL_MMA); /* v2 needs none */
   const int64_t units = (int64_t)a->num_tokens * pl.groups;
   if (units >= DSA_PLAN_MAX_SMS) return 0;
   int64_t splits = 2 * DSA_PLAN_MAX_SMS / units;

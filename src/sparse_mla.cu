@@ -680,6 +680,7 @@ static cudaError_t mla_launch_fwd(mla_fwd_params prm, int64_t num_tokens, cudaSt
 extern "C" int dsa_sparse_mla_launch(const dsa_sparse_mla_args *a, const dsa_mla_plan *pl,
                                      void *workspace, cudaStream_t stream) {
   if (a->num_tokens <= 0) return 0;
+  if (pl->kernel == DSA_MLA_KERNEL_SM90) return dsa_sparse_mla_sm90_launch(a, pl, stream);
   const bool fp8 = a->kv_format == DSA_KV_FP8_PACKED;
 
   mla_fwd_params prm;

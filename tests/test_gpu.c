@@ -1793,6 +1793,20 @@ static const mla_case k_mla_cases[] = {
     {.name = "sparse MLA H64 bf16 kv_stride 640, T4 topk2048, lens, lse NULL", .H = 64, .T = 4, .topk = 2048,
      .fmt = DSA_KV_BF16, .kv_stride = 640, .lens_given = 1, .lse_null = 1, .q_amp = 1.0, .num_slots = 12000,
      .seed = 408},
+    /* v2 (wgmma) paths: one-token clusters of 8 splits, 16 / 32-head CTAs, many tokens without splits */
+    {.name = "sparse MLA H1 fp8 (stored) T1 topk2048", .H = 1, .T = 1, .topk = 2048, .fmt = DSA_KV_FP8_PACKED,
+     .q_amp = 1.0, .num_slots = 10000, .seed = 410},
+    {.name = "sparse MLA H16 bf16 kv_stride 576, T1 topk2048, lens", .H = 16, .T = 1, .topk = 2048,
+     .fmt = DSA_KV_BF16, .kv_stride = 576, .lens_given = 1, .q_amp = 1.0, .num_slots = 10000, .seed = 411},
+    {.name = "sparse MLA H128 fp8 (stored) T1 topk2048", .H = 128, .T = 1, .topk = 2048, .fmt = DSA_KV_FP8_PACKED,
+     .q_amp = 2.0, .num_slots = 10000, .check_determinism = 1, .seed = 412},
+    {.name = "sparse MLA H32 fp8 (stored) T300 topk2048, lens", .H = 32, .T = 300, .topk = 2048,
+     .fmt = DSA_KV_FP8_PACKED, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0, .num_slots = 40000,
+     .check_determinism = 1, .seed = 413},
+    {.name = "sparse MLA H64 fp8 (stored) T64 topk1000", .H = 64, .T = 64, .topk = 1000, .fmt = DSA_KV_FP8_PACKED,
+     .q_amp = 1.0, .num_slots = 20000, .seed = 414},
+    {.name = "sparse MLA H16 bf16 kv_stride 576, T200 topk2048", .H = 16, .T = 200, .topk = 2048,
+     .fmt = DSA_KV_BF16, .kv_stride = 576, .q_amp = 1.0, .num_slots = 30000, .seed = 415},
 };
 
 static const store_case k_store_cases[] = {
@@ -1826,7 +1840,7 @@ int main(void) {
   for (int i = 0; alive && i < COUNT(k_mla_cases); i++)
     alive = harness_run_case(k_mla_cases[i].name, mla_case_run, &k_mla_cases[i]);
   if (alive) alive = harness_run_case("sanity", sanity_run, NULL);
-  if (alive) alive = harness_run_case("graph capture", graph_run, NULL);
+  if (alive) alive = harness_run_case("graph capture (indexer + MLA)", graph_run, NULL);
   fprintf(stderr, "  [total %.1f s]\n", now_s() - t0);
   return harness_finish();
 }

@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -169,24 +170,35 @@ static void test_sm_count(void) {
   a.topk = 2048;
   a.softmax_scale = 0.0625f;
   a.out = FAKE(0x400000000ull);
-  size_t bound = 0;
-  dsa_sparse_mla_workspace_size(&a, &bound);
-  int splits[3];
-  const int sms[3] = {132, 78, 16};
-  for (int i = 0; i < 3; i++) {
-    g_dsa_stub.num_sms = sms[i];
-    dsa_stub_begin_call(FAKE(0x100000000000ull), bound);
-    const dsa_status st = dsa_sparse_mla(&a, FAKE(0x100000000000ull), bound, 0);
-    splits[i] = g_dsa_stub.mla_splits;
-    char name[128];
-    snprintf(name, sizeof name, "attention plan on %d SMs fits the queried workspace", sms[i]);
-    check(st == DSA_OK && g_dsa_stub.violations == 0 && g_dsa_stub.mla_need <= bound, name,
-          "status %lld, need %lld", st, (long long)g_dsa_stub.mla_need);
+  /* v1 with 1 token, v2 with 64 tokens x 16 heads (each forced through DSA_MLA_KERNEL) */
+  for (int kernel = 1; kernel >= 0; kernel--) {
+    setenv("DSA_MLA_KERNEL", kernel == 1 ? "v1" : "v2", 1);
+    a.num_tokens = kernel == 1 ? 1 : 64;
+    size_t bound = 0;
+    dsa_sparse_mla_workspace_size(&a, &bound);
+    int splits[3];
+    const int sms[3] = {132, 78, 16};
+    for (int i = 0; i < 3; i++) {
+      g_dsa_stub.num_sms = sms[i];
+      dsa_stub_begin_call(FAKE(0x100000000000ull), bound);
+      const dsa_status st = dsa_sparse_mla(&a, FAKE(0x100000000000ull), bound, 0);
+      splits[i] = g_dsa_stub.mla_splits;
+      char name[128];
+      snprintf(name, sizeof name, "attention plan (v%d) on %d SMs fits the queried workspace", 2 - kernel, sms[i]);
+      check(st == DSA_OK && g_dsa_stub.violations == 0 && g_dsa_stub.mla_need <= bound, name,
+            "status %lld, need %lld", st, (long long)g_dsa_stub.mla_need);
+    }
+    if (kernel == 1)
+      /* 1 token x 16 heads, 32 blocks: one wave of 32 splits on 132 SMs; on 16 SMs, 16 splits of 2
+       * blocks (one wave) beat 32 splits (two waves). */
+      check(splits[0] == 32 && splits[2] == 16, "v1 attention splits follow the SM count (132 -> 32, 16 -> 16)",
+            "got %lld and %lld", splits[0], splits[2]);
+    else
+      /* 64 tokens x 16 heads: clusters of 2 fill 132 SMs in one wave; on 16 SMs no split pays */
+      check(splits[0] == 2 && splits[2] == 1, "v2 attention splits follow the SM count (132 -> 2, 16 -> 1)",
+            "got %lld and %lld", splits[0], splits[2]);
   }
-  /* 1 token x 16 heads, 32 blocks: one wave of 32 splits on 132 SMs; on 16 SMs, 16 splits of 2
-   * blocks (one wave) beat 32 splits (two waves). */
-  check(splits[0] == 32 && splits[2] == 16, "attention splits follow the SM count (132 -> 32, 16 -> 16)",
-        "got %lld and %lld", splits[0], splits[2]);
+  unsetenv("DSA_MLA_KERNEL");
   g_dsa_stub.num_sms = 132;
 }
 

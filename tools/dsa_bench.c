@@ -262,6 +262,7 @@ typedef struct {
   int nbatches;
   uint64_t seed;
   const char *json;
+  const char *shape; /* attn: only the shapes whose name contains this */
 } options;
 
 static void usage(FILE *f) {
@@ -294,6 +295,7 @@ static void usage(FILE *f) {
 "                         serve default 8k,32k,64k\n"
 "  --batches LIST         serve: decode batch sizes (default 64,128,256)\n"
 "  --only decode|prefill  glm: one table only\n"
+"  --shape TEXT           attn: only the shapes whose name contains TEXT (e.g. \"128 x 128h\")\n"
 "  --iters N              timed replays per stage, median reported (default 100; DESIGN asks >= 50)\n"
 "  --warmup N             untimed replays per stage before timing (default 20)\n"
 "  --check                before timing a row, compare its outputs with the float64 CPU reference\n"
@@ -442,6 +444,9 @@ static void parse_args(int argc, char **argv, options *o) {
       int64_t tmp[MAX_BATCHES];
       o->nbatches = parse_list(v, a, tmp, MAX_BATCHES, 0);
       for (int k = 0; k < o->nbatches; k++) o->batches[k] = (int)tmp[k];
+    } else if (!strcmp(a, "--shape")) {
+      NEED_VALUE();
+      o->shape = v;
     } else if (!strcmp(a, "--only")) {
       NEED_VALUE();
       if (!strcmp(v, "decode")) o->do_prefill = 0;
@@ -1653,7 +1658,11 @@ static void write_json(const bench *b, const row_result *rows, int n, const char
   for (int i = 0; i < o->nsizes; i++) fprintf(f, "%s%lld", i ? ", " : "", (long long)o->sizes[i]);
   fprintf(f, "], \"batches\": [");
   for (int i = 0; i < o->nbatches; i++) fprintf(f, "%s%d", i ? ", " : "", o->batches[i]);
-  fprintf(f, "]},\n  \"limits\": {\"bandwidth_B_per_s\": %.4g, \"bf16_flop_per_s\": %.4g, "
+  fprintf(f, "], \"shape_filter\": ");
+  json_str(f, o->shape ? o->shape : "");
+  fprintf(f, ", \"DSA_MLA_KERNEL\": "); /* the attention kernel override, "" = the library's choice */
+  json_str(f, getenv("DSA_MLA_KERNEL") ? getenv("DSA_MLA_KERNEL") : "");
+  fprintf(f, "},\n  \"limits\": {\"bandwidth_B_per_s\": %.4g, \"bf16_flop_per_s\": %.4g, "
              "\"fp8_flop_per_s\": %.4g},\n  \"rows\": [\n",
           BW_BYTES_S, BF16_FLOP_S, FP8_FLOP_S);
   for (int i = 0; i < n; i++) {
@@ -1752,6 +1761,7 @@ int main(int argc, char **argv) {
     printf("dsa-bench attn on %s (dsa %s)\n", b.dev_name, dsa_version());
     setup(&b, max_R, imax64(ATTN_DECODE_S, ATTN_PREFILL_S), max_T, max_H, 0);
     for (int i = 0; i < ATTN_NSHAPES; i++) {
+      if (o->shape && !strstr(ATTN_SHAPES[i].name, o->shape)) continue;
       run_attn_row(&b, &rows[nrows], &ATTN_SHAPES[i]);
       print_progress(&rows[nrows++]);
     }

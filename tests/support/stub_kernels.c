@@ -206,7 +206,11 @@ int dsa_sparse_mla_launch(const dsa_sparse_mla_args *a, const dsa_mla_plan *pl, 
           "mla indices / lens / lse alignment");
   REQUIRE(a->kv_format == DSA_KV_FP8_PACKED || (a->kv_stride >= DSA_MLA_QK_DIM && a->kv_stride % 8 == 0),
           "mla kv_stride %lld", (long long)a->kv_stride);
-  REQUIRE(pl->mt == 1 || pl->mt == 2 || pl->mt == 4, "mla plan mt %d", pl->mt);
+  REQUIRE(pl->kernel == DSA_MLA_KERNEL_MMA || pl->kernel == DSA_MLA_KERNEL_SM90, "mla plan kernel %d", pl->kernel);
+  REQUIRE(pl->mt == 1 || pl->mt == 2 || (pl->mt == 4 && pl->kernel == DSA_MLA_KERNEL_MMA), "mla plan mt %d", pl->mt);
+  REQUIRE(pl->kernel != DSA_MLA_KERNEL_SM90 || pl->splits == 1 || pl->splits == 2 || pl->splits == 4 ||
+              pl->splits == 8,
+          "mla v2 cluster of %d", pl->splits);
   REQUIRE((int64_t)pl->groups * 16 * pl->mt >= a->num_heads, "mla plan covers %d heads of %d", pl->groups * 16 * pl->mt,
           a->num_heads);
   REQUIRE(pl->splits >= 1 && pl->splits <= pl->num_blocks && pl->blocks_per_split * pl->splits >= pl->num_blocks,

@@ -1,0 +1,218 @@
+/*
+ * ptx.cuh — the Hopper (sm_90a) instructions dsa's kernels use, each as a small inline-PTX helper
+ * with the PTX ISA section it comes from (PTX ISA 8.x numbering, "parallel-thread-execution").
+ * Kept in one place so a reader can check every operand against the manual once.
+ */
+#pragma once
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+/* Generic -> shared-window address (cvta, §9.7.9.16). */
+__device__ __forceinline__ uint32_t ptx_smem_u32(const void *p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* ---- grid dependency control (§9.7.12.16 griddepcontrol) ---- */
+__device__ __forceinline__ void ptx_griddep_wait(void) { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void ptx_griddep_launch_dependents(void) {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+/* ---- named barriers (§9.7.12.1 bar.sync): id 0 is __syncthreads ---- */
+__device__ __forceinline__ void ptx_bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+/* ---- global loads ---- */
+/* 16-byte read-only load that does not allocate in L1 (ld, §9.7.9.8: .global.nc.L1::no_allocate). */
+__device__ __forceinline__ uint4 ptx_ld_nc_v4(const void *p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+/* 16-byte async copy global -> shared; src_bytes = 0 writes zeros and reads nothing
+ * (cp.async, §9.7.9.25.3.1). */
+__device__ __forceinline__ void ptx_cp_async_16(uint32_t dst, const void *src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
+               "l"(__cvta_generic_to_global(src)), "r"(src_bytes)
+               : "memory");
+}
+/* cp.async.commit_group / wait_group (§9.7.9.25.3.2, §9.7.9.25.3.3). */
+__device__ __forceinline__ void ptx_cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void ptx_cp_async_wait(void) {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* ---- conversions ---- */
+/* Two e4m3 bytes (low byte = first value) -> f16x2, exact (cvt, §9.7.9.21: .f16x2.e4m3x2). */
+__device__ __forceinline__ uint32_t ptx_e4m3x2_to_f16x2(uint16_t two) {
+  uint32_t r;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"(two));
+  return r;
+}
+/* Two floats -> f16x2, lo = first (cvt, §9.7.9.21: .f16x2.f32 packs the second operand low). */
+__device__ __forceinline__ uint32_t ptx_f32x2_to_f16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+/* Two floats -> bf16x2, lo = first (cvt, §9.7.9.21: .bf16x2.f32). */
+__device__ __forceinline__ uint32_t ptx_f32x2_to_bf16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+/* 2^x, approximate (ex2, §9.7.3.22 ex2.approx.ftz.f32: max relative error 2^-22; results below
+ * 2^-126 flush to 0, which a softmax weight can afford). ex2(-inf) = +0. */
+__device__ __forceinline__ float ptx_ex2(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+  return r;
+}
+
+/* ---- mbarrier (§9.7.12.15) ---- */
+/* mbarrier.init (§9.7.12.15.9). */
+__device__ __forceinline__ void ptx_mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+/* mbarrier.arrive with release semantics at CTA scope (§9.7.12.15.13). */
+__device__ __forceinline__ void ptx_mbar_arrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.release.cta.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar)
+               : "memory");
+}
+/* Blocks until the phase with parity `parity` has completed (mbarrier.try_wait.parity, §9.7.12.15.16;
+ * acquire at CTA scope). */
+__device__ __forceinline__ void ptx_mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+/* Orders this thread's generic-proxy shared-memory writes before later async-proxy reads (wgmma
+ * operands) (fence.proxy.async, §9.7.12.4 membar/fence). */
+__device__ __forceinline__ void ptx_fence_proxy_async_smem(void) {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/* ---- stmatrix (§9.7.14.5.16): four 8x8 b16 matrices, transposed on the way to shared memory.
+ * Thread i holds row i/4, columns 2(i%4), 2(i%4)+1 of each matrix (the mma accumulator layout);
+ * lanes 8j..8j+7 give the 8 row addresses (16 B each) of matrix j as stored, i.e. of its columns. */
+__device__ __forceinline__ void ptx_stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                                      uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
+/* ---- wgmma (§9.7.15) ---- */
+/* Shared-memory matrix descriptor (§9.7.15.5.1.2), no swizzle ("interleave"): the operand is made
+ * of 8x8 core matrices of 16-bit values, each 8 rows of 16 contiguous bytes (128 B). lbo = bytes
+ * between core matrices adjacent along K, sbo = along M or N (both K-major and MN-major). */
+__device__ __forceinline__ uint64_t ptx_wgmma_desc(uint32_t smem_addr, uint32_t lbo, uint32_t sbo) {
+  return (uint64_t)((smem_addr & 0x3FFFFu) >> 4) | ((uint64_t)((lbo & 0x3FFFFu) >> 4) << 16) |
+         ((uint64_t)((sbo & 0x3FFFFu) >> 4) << 32);
+}
+/* wgmma.fence (§9.7.15.5.3): before the first wgmma and after registers it uses were touched. */
+__device__ __forceinline__ void ptx_wgmma_fence(void) { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+/* wgmma.commit_group (§9.7.15.5.4) and wgmma.wait_group (§9.7.15.5.5). */
+__device__ __forceinline__ void ptx_wgmma_commit(void) {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void ptx_wgmma_wait(void) {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* Keeps the compiler from moving accumulator reads/writes across a wgmma fence/wait. */
+template <int R>
+__device__ __forceinline__ void ptx_reg_fence(float (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/* wgmma.mma_async m64nNk16, A and B from shared memory, fp32 accumulate (§9.7.15.5.2).
+ * TYPE: f16 or bf16. scale_d = 0: D = A.B (the old D is ignored); 1: D += A.B.
+ * TA / TB = 1: that operand is MN-major (transposed; allowed for 16-bit types only). */
+#define DSA_WGMMA_N16(TYPE)                                                                              \
+  template <int TA, int TB>                                                                               \
+  __device__ __forceinline__ void ptx_wgmma_m64n16k16_##TYPE(float (&d)[8], uint64_t da, uint64_t db,   \
+                                                              int scale_d) {                              \
+    asm volatile(                                                                                         \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"                                                      \
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32." #TYPE "." #TYPE                                     \
+        " {%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, 1, 1, %11, %12;\n}\n"                                     \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]) \
+        : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));                                             \
+  }
+#define DSA_WGMMA_N32(TYPE)                                                                               \
+  template <int TA, int TB>                                                                                \
+  __device__ __forceinline__ void ptx_wgmma_m64n32k16_##TYPE(float (&d)[16], uint64_t da, uint64_t db,   \
+                                                              int scale_d) {                               \
+    asm volatile(                                                                                          \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                                       \
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32." #TYPE "." #TYPE                                      \
+        " {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, %19, %20;\n}\n"      \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),        \
+          "+f"(d[15])                                                                                      \
+        : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));                                              \
+  }
+DSA_WGMMA_N16(f16)
+DSA_WGMMA_N16(bf16)
+DSA_WGMMA_N32(f16)
+DSA_WGMMA_N32(bf16)
+#undef DSA_WGMMA_N16
+#undef DSA_WGMMA_N32
+
+/* One m64nNk16 for N = 16 or 32 (HN/2 accumulators a thread), f16 or bf16 operands. */
+template <int HN, bool F16, int TA, int TB>
+__device__ __forceinline__ void ptx_wgmma_k16(float (&d)[HN / 2], uint64_t da, uint64_t db, int scale_d) {
+  if constexpr (HN == 16) {
+    if constexpr (F16) ptx_wgmma_m64n16k16_f16<TA, TB>(d, da, db, scale_d);
+    else ptx_wgmma_m64n16k16_bf16<TA, TB>(d, da, db, scale_d);
+  } else {
+    static_assert(HN == 32, "wgmma N: 16 or 32");
+    if constexpr (F16) ptx_wgmma_m64n32k16_f16<TA, TB>(d, da, db, scale_d);
+    else ptx_wgmma_m64n32k16_bf16<TA, TB>(d, da, db, scale_d);
+  }
+}
+
+/* ---- thread-block clusters (§9.7.12.2 barrier.cluster, §9.7.9.17 mapa, §9.7.9.8 ld) ---- */
+__device__ __forceinline__ uint32_t ptx_cluster_ctarank(void) {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+/* All threads of all CTAs of the cluster; release/acquire orders shared-memory writes before the
+ * barrier with reads after it, across the cluster. */
+__device__ __forceinline__ void ptx_cluster_sync(void) {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+/* The address of the same shared-memory variable in CTA `rank` of the cluster. */
+__device__ __forceinline__ uint32_t ptx_mapa(uint32_t smem_addr, uint32_t rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(smem_addr), "r"(rank));
+  return r;
+}
+/* Loads from a peer CTA's shared memory. Not volatile: they follow a cluster barrier and may be
+ * issued together (each costs a round trip over the SM-to-SM network). */
+__device__ __forceinline__ float4 ptx_ld_cluster_f32x4(uint32_t addr) {
+  float4 v;
+  asm("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ float2 ptx_ld_cluster_f32x2(uint32_t addr) {
+  float2 v;
+  asm("ld.shared::cluster.v2.f32 {%0,%1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+  return v;
+}

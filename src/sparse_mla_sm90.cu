@@ -1,0 +1,806 @@
+/*
+ * sparse_mla_sm90.cu — sparse MLA attention forward on Hopper tensor cores (wgmma), v2.
+ *
+ * Math (as sparse_mla.cu), per token t and head h over the valid entries i of indices[t]:
+ *   s_i = softmax_scale * q[t,h,0:576] . k_idx[0:576],  out[t,h] = softmax(s) . v (v = k[0:512]),
+ *   lse[t,h] = m + ln(sum exp(s_i - m)); no valid entry: out = 0, lse = -inf.
+ *
+ * Orientation: KV rows are the M side of every MMA and heads the N side, so a CTA of HN = 16 or 32
+ * heads does exactly HN columns of work — small head counts (TP8: 8-16 heads a GPU) are not padded
+ * to 64 rows. Per consumer warpgroup (16 heads, N = 16):
+ *   QK   S^T[64 rows, 16] = K[64, 576] . Q^T        A = K tile (K-major), B = Q (K-major)
+ *   PV   O^T[512, 16] += V^T[512, 64] . P^T[64, 16]  A = the same tile read MN-major, B = P^T
+ * Both operands of both MMAs come from shared memory in the no-swizzle core-matrix layout
+ * (8 rows x 16 B blocks): tile row r, dims d8..d8+7 at (r/8)*9216 + (d/8)*128 + (r%8)*16.
+ *
+ * Roles: HN/16 consumer warpgroups (QK, online softmax, PV for their 16 heads; O^T in registers)
+ * and one producer warpgroup:
+ *   gather_fp8  packed FP8 rows (656 B) are read into registers one chunk ahead (two with one
+ *               consumer warpgroup, where registers allow), the 512 e4m3 latent values converted
+ *               to f16 (exact) and the 64 bf16 rope values copied into the tile; the 4 per-128
+ *               scales go to a table, NOT into the tile (exact scores, as v1).
+ *   gather_bf16 dense bf16 rows: cp.async into the tile.
+ * A two-stage ring of tiles with full/empty mbarriers: the producer fills chunk c+1 while the
+ * consumer works on chunk c. The split's index entries are turned into slots once, in shared
+ * memory, so no index load stands in front of a row load.
+ * FP8 numerics: QK runs in f16 on (e4m3 latent, q scaled per head by a power of two so q fits f16
+ * exactly) plus bf16 on the rope; the four 128-dim groups accumulate apart and are added times the
+ * rows' fp32 scales. PV runs in f16 with P'_g = p * scale[row,g] / u_g, u_g = the largest scale of
+ * group g seen so far (P' <= 1 keeps f16's precision), and O's group-g columns are carried in
+ * units of u_g (rescaled, like alpha, only when u_g grows).
+ *
+ * Splits: the CTAs of one (token, head group) form a thread-block cluster (up to 8), each taking a
+ * contiguous range of 64-entry chunks; they merge their (m, l, O) through distributed shared memory
+ * in rank order — one kernel, no workspace, same bits every run.
+ */
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <stdint.h>
+#include <math.h>
+
+#include "dsa_kernels.h"
+#include "launch.cuh"
+#include "ptx.cuh"
+
+#define V2_QK_DIM 576
+#define V2_V_DIM 512
+#define V2_ROWS 64                 /* KV rows per chunk (= MLA_BLOCK_N) */
+#define V2_RG_BYTES 9216           /* one 8-row group of a 576-wide tile: 72 core matrices */
+#define V2_TILE_BYTES (V2_ROWS / 8 * V2_RG_BYTES)
+#define V2_FP8_ROW 656
+#define V2_FP8_SCALE_OFF 512
+#define V2_FP8_ROPE_OFF 528
+#define V2_OSTRIDE 516             /* floats per head row of the O staging area (conflict-free) */
+#define V2_LOG2E 1.4426950408889634f
+#define V2_LN2 0.6931471805599453f
+#define V2_MAX_CLUSTER 8
+
+static_assert(V2_ROWS == MLA_BLOCK_N, "chunk = plan block");
+
+/* Development aid (tools/trace_mla_v2.cu builds it): SM clock stamps of one CTA's phases. */
+#ifdef DSA_V2_TRACE
+__device__ long long g_v2_trace[512];
+#define V2_TRACE(i)                                                                                     \
+  do {                                                                                                 \
+    if (blockIdx.x == DSA_V2_TRACE && (threadIdx.x & 127) == 0 && (i) < 512) g_v2_trace[(i)] = clock64(); \
+  } while (0)
+#else
+#define V2_TRACE(i) \
+  do {              \
+  } while (0)
+#endif
+
+#define V2_WN 16                   /* heads per consumer warpgroup (the N of its MMAs) */
+template <int HN, bool FP8>
+struct v2_cfg {
+  static constexpr int CWG = HN / V2_WN;                 /* consumer warpgroups */
+  static constexpr int THREADS = 128 * (CWG + 1);        /* + one producer warpgroup */
+  static constexpr int NACC = V2_WN / 2;                 /* accumulators of one m64n16 tile */
+  static constexpr int NCOL = V2_WN / 4;                 /* head columns a thread holds */
+  static constexpr int PVER = FP8 ? 4 : 1;               /* P^T versions (one per scale group) */
+  static constexpr int Q_BYTES = HN / 8 * V2_RG_BYTES;
+  static constexpr int P_VER_BYTES = V2_WN * V2_ROWS * 2; /* [2][8 k-blocks][128 B] */
+  static constexpr int P_WG_BYTES = PVER * P_VER_BYTES;
+  static constexpr int Q_OFF = 0;
+  static constexpr int TILE_OFF = Q_OFF + Q_BYTES;
+  static constexpr int P_OFF = TILE_OFF + 2 * V2_TILE_BYTES;
+  static constexpr int SC_OFF = P_OFF + CWG * P_WG_BYTES;   /* FP8: [2][scales 4x64 | chunk max 4] */
+  static constexpr int SC_STAGE = (4 * V2_ROWS + 4) * 4;
+  static constexpr int SLOT_OFF = SC_OFF + (FP8 ? 2 * SC_STAGE : 0); /* int [entries of the split] */
+  static constexpr int RED_OFF = SLOT_OFF + DSA_MAX_TOPK * 4;         /* float [CWG][2][4][16] */
+  static constexpr int QINV_OFF = RED_OFF + CWG * 2 * 4 * V2_WN * 4;  /* float [HN] */
+  static constexpr int ML_OFF = QINV_OFF + HN * 4;                    /* float2 [HN] */
+  static constexpr int BAR_OFF = ML_OFF + HN * 8;                     /* full[2], empty[2] */
+  static constexpr int SMEM_BYTES = BAR_OFF + 4 * 8;
+  static_assert(HN * V2_OSTRIDE * 4 <= 2 * V2_TILE_BYTES, "O staging fits the tiles");
+  static_assert(SMEM_BYTES <= 227 * 1024, "shared memory");
+};
+
+typedef struct {
+  const __nv_bfloat16 *q;     /* [T, H, 576] */
+  const void *kv;             /* bf16 [num_slots, kv_stride] or packed FP8 [num_slots, 656 B] */
+  int64_t kv_stride;          /* bf16 rows: elements */
+  int64_t num_slots;
+  const int32_t *indices;     /* [T, indices_stride], topk used */
+  int64_t indices_stride;
+  const int32_t *lens;        /* [T] or NULL */
+  __nv_bfloat16 *out;         /* [T, H, 512] */
+  float *lse;                 /* [T, H] or NULL */
+  float scale_log2;           /* softmax_scale * log2(e) */
+  int topk;
+  int num_heads;
+  int64_t token_offset;       /* first token of this launch */
+  int num_groups;             /* head groups of HN per token */
+  int splits;                 /* CTAs (cluster size) per (token, group) */
+  int blocks_per_split;
+  int num_blocks;
+} mla_v2_params;
+
+/* Entries [begin, end) of token t's index list that split s covers; returns the chunk count. */
+__device__ __forceinline__ int v2_range(const mla_v2_params &p, int64_t t, int s, int *begin, int *end) {
+  const int blk0 = s * p.blocks_per_split;
+  const int blk1 = min(p.num_blocks, blk0 + p.blocks_per_split);
+  *begin = blk0 * V2_ROWS;
+  int e = min(p.topk, blk1 * V2_ROWS);
+  if (p.lens) e = min(e, max(__ldg(p.lens + t), 0));
+  *end = e;
+  return e > *begin ? (e - *begin + V2_ROWS - 1) / V2_ROWS : 0;
+}
+
+/* Slot of entry `e` or -1 when it is skipped. */
+__device__ __forceinline__ int v2_slot(const int32_t *idx_row, int e, int end, int64_t num_slots) {
+  if (e >= end) return -1;
+  const int idx = __ldg(idx_row + e);
+  return (idx >= 0 && (int64_t)idx < num_slots) ? idx : -1;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Producer (warpgroup 1). Lane l handles rows 8i + (l & 7): the 8 lanes of a quarter-warp write
+ * one 128-byte core matrix (conflict-free). FP8 rows travel in halves of 32 rows through
+ * registers, so both halves of the next chunk are in flight while this one is converted.
+ */
+typedef struct {
+  uint4 lat[8];   /* rows 32h + 8(i&3) + r, 16-byte columns kk + 4w + 16(i>>2) (16 e4m3 values) */
+  uint4 rope[2];  /* rows 32h + 8(2(w>>1) + i) + r, columns kk + 4(w&1) (8 bf16 values) */
+  float4 sc;      /* warp 0: the 4 scales of row 32h + lane */
+  int slot[4];    /* rows 32h + 8i + r */
+} v2_half;
+
+__device__ __forceinline__ void gather_fp8_load(v2_half &R, const mla_v2_params &p, const int *slots, int half, int w,
+                                                int lane) {
+  const int r = lane & 7, kk = lane >> 3;
+  const uint8_t *kv = (const uint8_t *)p.kv;
+  slots += 32 * half;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) R.slot[i] = slots[8 * i + r];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int sl = R.slot[i & 3];
+    const int col = kk + 4 * w + 16 * (i >> 2);
+    R.lat[i] = sl >= 0 ? ptx_ld_nc_v4(kv + (int64_t)sl * V2_FP8_ROW + col * 16) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int sl = (w >> 1) ? R.slot[2 + i] : R.slot[i]; /* compile-time indices keep slot[] in registers */
+    const int col = kk + 4 * (w & 1);
+    R.rope[i] = sl >= 0 ? ptx_ld_nc_v4(kv + (int64_t)sl * V2_FP8_ROW + V2_FP8_ROPE_OFF + col * 16)
+                        : make_uint4(0, 0, 0, 0);
+  }
+  R.sc = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (w == 0) {
+    const int sl = slots[lane];
+    if (sl >= 0) {
+      const uint4 u = ptx_ld_nc_v4(kv + (int64_t)sl * V2_FP8_ROW + V2_FP8_SCALE_OFF);
+      R.sc = make_float4(__uint_as_float(u.x), __uint_as_float(u.y), __uint_as_float(u.z), __uint_as_float(u.w));
+    }
+  }
+}
+
+/* Converts one half (in registers) into the tile: e4m3 -> f16 (exact), rope copied. */
+__device__ __forceinline__ void gather_fp8_store(const v2_half &R, uint8_t *tile, int half, int w, int lane) {
+  const int r = lane & 7, kk = lane >> 3;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int row = 32 * half + 8 * (i & 3) + r;
+    const int col = kk + 4 * w + 16 * (i >> 2); /* 16 latent values = 2 core matrices of f16 */
+    const uint4 v = R.lat[i];
+    uint4 lo, hi;
+    lo.x = ptx_e4m3x2_to_f16x2((uint16_t)(v.x & 0xffffu)); lo.y = ptx_e4m3x2_to_f16x2((uint16_t)(v.x >> 16));
+    lo.z = ptx_e4m3x2_to_f16x2((uint16_t)(v.y & 0xffffu)); lo.w = ptx_e4m3x2_to_f16x2((uint16_t)(v.y >> 16));
+    hi.x = ptx_e4m3x2_to_f16x2((uint16_t)(v.z & 0xffffu)); hi.y = ptx_e4m3x2_to_f16x2((uint16_t)(v.z >> 16));
+    hi.z = ptx_e4m3x2_to_f16x2((uint16_t)(v.w & 0xffffu)); hi.w = ptx_e4m3x2_to_f16x2((uint16_t)(v.w >> 16));
+    uint8_t *dst = tile + (row >> 3) * V2_RG_BYTES + (2 * col) * 128 + r * 16;
+    *(uint4 *)dst = lo;
+    *(uint4 *)(dst + 128) = hi;
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int row = 32 * half + 8 * (2 * (w >> 1) + i) + r;
+    const int col = kk + 4 * (w & 1);
+    *(uint4 *)(tile + (row >> 3) * V2_RG_BYTES + (64 + col) * 128 + r * 16) = R.rope[i];
+  }
+}
+
+/* Warp 0: the chunk's scales from rows lane (s0) and 32 + lane (s1), [4][64], and the largest of
+ * each group [4] (1 when none is positive and finite: the consumer's unit only needs to bound them). */
+__device__ __forceinline__ void gather_fp8_scales(float4 s0, float4 s1, float *sc, int lane) {
+  const float a[4] = {s0.x, s0.y, s0.z, s0.w}, b[4] = {s1.x, s1.y, s1.z, s1.w};
+#pragma unroll
+  for (int g = 0; g < 4; ++g) {
+    float mx = fmaxf(a[g], b[g]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (!(mx > 0.f) || isinf(mx)) mx = 1.f;
+    sc[g * V2_ROWS + lane] = a[g];
+    sc[g * V2_ROWS + 32 + lane] = b[g];
+    if (lane == 0) sc[4 * V2_ROWS + g] = mx;
+  }
+}
+
+/* bf16 rows: cp.async straight into the tile (zero rows for skipped entries). */
+__device__ __forceinline__ void gather_bf16_issue(const mla_v2_params &p, const int *slots, uint32_t tile_u32, int w,
+                                                  int lane) {
+  const int r = lane & 7, kk = lane >> 3;
+  const __nv_bfloat16 *kv = (const __nv_bfloat16 *)p.kv;
+  int slot[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) slot[i] = slots[8 * i + r];
+#pragma unroll
+  for (int j = 0; j < 5; ++j) {
+    const int col = kk + 4 * w + 16 * j;
+    if (col < 72) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int s = slot[i];
+        const __nv_bfloat16 *src = s >= 0 ? kv + (int64_t)s * p.kv_stride + col * 8 : kv;
+        ptx_cp_async_16(tile_u32 + i * V2_RG_BYTES + col * 128 + r * 16, src, s >= 0 ? 16 : 0);
+      }
+    }
+  }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Consumer phases (warpgroup 0). Thread (warp w, lane = 4g + qd) holds, in every m64nHN
+ * accumulator, rows 16w + g (+8) and head columns 8j + 2qd (+1), j < HN/8.
+ */
+template <int HN, bool FP8>
+__device__ __forceinline__ void v2_load_q(const mla_v2_params &p, int64_t t, int head0, int hoff, uint8_t *q_s,
+                                          float *qinv_s, int w, int lane) {
+  const int H = p.num_heads;
+  for (int hh = hoff + w; hh < hoff + V2_WN; hh += 4) {
+    const int h = head0 + hh;
+    uint4 v[3];
+#pragma unroll
+    for (int k = 0; k < 3; ++k) {
+      const int c = lane + 32 * k;
+      v[k] = make_uint4(0, 0, 0, 0);
+      if (h < H && c < 72) v[k] = *(const uint4 *)(p.q + ((t * H + h) * V2_QK_DIM + c * 8));
+    }
+    uint8_t *row = q_s + (hh >> 3) * V2_RG_BYTES + (hh & 7) * 16;
+    if (FP8) {
+      /* latent (chunks < 64) to f16 times 2^e, e such that max |q| lands in [2^13, 2^14) */
+      float mx = 0.f;
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const uint32_t u[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          mx = fmaxf(mx, fabsf(__uint_as_float(u[i] << 16)));
+          mx = fmaxf(mx, fabsf(__uint_as_float(u[i] & 0xffff0000u)));
+        }
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      int e = 0;
+      if (mx > 0.f && !isinf(mx)) {
+        int ex;
+        frexpf(mx, &ex);
+        e = min(max(14 - ex, -100), 100);
+      }
+      const float up = ldexpf(1.f, e);
+      if (lane == 0) qinv_s[hh] = ldexpf(1.f, -e);
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const uint32_t u[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+        uint4 o;
+        uint32_t *op = &o.x;
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          op[i] = ptx_f32x2_to_f16x2(__uint_as_float(u[i] << 16) * up, __uint_as_float(u[i] & 0xffff0000u) * up);
+        *(uint4 *)(row + (lane + 32 * k) * 128) = o;
+      }
+      if (lane < 8) *(uint4 *)(row + (64 + lane) * 128) = v[2];
+    } else {
+#pragma unroll
+      for (int k = 0; k < 3; ++k)
+        if (lane + 32 * k < 72) *(uint4 *)(row + (lane + 32 * k) * 128) = v[k];
+    }
+  }
+}
+
+/* S^T = K . Q^T for one chunk. FP8: per-group accumulation, scaled by the rows' scales and the
+ * heads' 2^-e, plus the bf16 rope part. Returns with every wgmma issued so far complete. */
+template <int HN, bool FP8>
+__device__ __forceinline__ void v2_qk(float (&s)[HN / 2], uint64_t dk, uint64_t dq, const float *sc_raw,
+                                      const float (&qv)[HN / 4], int r0) {
+  constexpr int NA = HN / 2;
+  if (!FP8) {
+    ptx_wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < 36; ++k) ptx_wgmma_k16<HN, false, 0, 0>(s, dk + 16 * k, dq + 16 * k, k > 0);
+    ptx_wgmma_commit();
+    ptx_wgmma_wait<0>();
+    ptx_reg_fence(s);
+    return;
+  }
+  /* One accumulator per scale group and one for the rope, all issued before a single wait: an
+   * accumulator read while another wgmma is in flight would make ptxas serialise every wgmma of
+   * the kernel (C7514), and a wait per group drains the tensor pipe each time. */
+  float acc[5][NA];
+  ptx_wgmma_fence();
+#pragma unroll
+  for (int g = 0; g < 4; ++g)
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      ptx_wgmma_k16<HN, true, 0, 0>(acc[g], dk + 16 * (8 * g + k), dq + 16 * (8 * g + k), k > 0);
+#pragma unroll
+  for (int k = 32; k < 36; ++k) ptx_wgmma_k16<HN, false, 0, 0>(acc[4], dk + 16 * k, dq + 16 * k, k > 32);
+  ptx_wgmma_commit();
+  ptx_wgmma_wait<0>();
+#pragma unroll
+  for (int g = 0; g < 5; ++g) ptx_reg_fence(acc[g]);
+  float sc0[4], sc1[4];
+#pragma unroll
+  for (int g = 0; g < 4; ++g) {
+    sc0[g] = sc_raw[g * V2_ROWS + r0];
+    sc1[g] = sc_raw[g * V2_ROWS + r0 + 8];
+  }
+#pragma unroll
+  for (int i = 0; i < NA; ++i) {
+    const float *f = (i & 2) ? sc1 : sc0;
+    s[i] = ((acc[0][i] * f[0] + acc[1][i] * f[1]) + acc[2][i] * f[2]) + acc[3][i] * f[3];
+  }
+  float (&a)[NA] = acc[4];
+#pragma unroll
+  for (int j = 0; j < HN / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[4 * j + e] = s[4 * j + e] * qv[2 * j + (e & 1)] + a[4 * j + e];
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The kernel. Grid: tokens x groups x splits CTAs (split fastest: a cluster is one (token, group)).
+ */
+template <int HN, bool FP8>
+__global__ void __launch_bounds__(v2_cfg<HN, FP8>::THREADS, 1) sparse_mla_sm90_kernel(const mla_v2_params p) {
+  typedef v2_cfg<HN, FP8> C;
+  constexpr int NA = C::NACC;
+  extern __shared__ __align__(1024) uint8_t smem[];
+  uint8_t *q_s = smem + C::Q_OFF;
+  uint8_t *tile_s = smem + C::TILE_OFF;
+  uint8_t *p_s = smem + C::P_OFF;
+  float *sc_s = (float *)(smem + C::SC_OFF);
+  int *slot_s = (int *)(smem + C::SLOT_OFF); /* the split's entries as slots, -1 = skipped */
+  float *red_s = (float *)(smem + C::RED_OFF);
+  float *qinv_s = (float *)(smem + C::QINV_OFF);
+  float2 *ml_s = (float2 *)(smem + C::ML_OFF);
+  float *ost_s = (float *)tile_s; /* after the last chunk: O staging [HN][V2_OSTRIDE] fp32 */
+  const uint32_t bar_full = ptx_smem_u32(smem + C::BAR_OFF);
+  const uint32_t bar_empty = bar_full + 16;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  int64_t cta = blockIdx.x;
+  const int split = (int)(cta % p.splits);
+  cta /= p.splits;
+  const int group = (int)(cta % p.num_groups);
+  const int64_t t = p.token_offset + cta / p.num_groups;
+  const int head0 = group * HN;
+  const int H = p.num_heads;
+
+  V2_TRACE(0);
+  if (tid == 0) {
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+      ptx_mbar_init(bar_full + 8 * b, 128);
+      ptx_mbar_init(bar_empty + 8 * b, 128 * C::CWG);
+    }
+  }
+  __syncthreads();
+  ptx_griddep_wait(); /* q, indices, lens, KV may come from the previous kernel */
+  V2_TRACE(1);
+
+  int begin, end;
+  const int nchunks = v2_range(p, t, split, &begin, &end);
+  const int32_t *idx_row = p.indices + t * p.indices_stride;
+
+  constexpr int WN = V2_WN;
+  float m_run[C::NCOL], l_run[C::NCOL]; /* consumer: per head column, log2 domain */
+  float o[8][NA];                       /* consumer: O^T, m-tile mt = dims 64mt.. */
+  float smax_run[4] = {0.f, 0.f, 0.f, 0.f}; /* FP8: O's unit per scale group (0 until the first chunk) */
+
+  if (warp >= 4 * C::CWG) {
+    /* ================= producer ================= */
+    const int w = warp - 4 * C::CWG;
+    /* every entry of the split as a slot or -1, once: no index load sits in front of a row load,
+     * and the consumer masks with the same array */
+    for (int i = tid - 128 * C::CWG; i < nchunks * V2_ROWS; i += 128)
+      slot_s[i] = v2_slot(idx_row, begin + i, end, p.num_slots);
+    ptx_bar_sync(1 + C::CWG, 128); /* producer-only barrier */
+    V2_TRACE(200);
+    if (FP8) {
+      /* Chunk c's halves are loaded LA chunks ahead: LA = 2 where registers allow (one consumer
+       * warpgroup, 255 a thread), else 1. */
+      constexpr int LA = C::CWG == 1 ? 2 : 1;
+      auto produce = [&](v2_half &h0, v2_half &h1, int c) {
+        const int b = c & 1;
+        const int *next = slot_s + (c + LA) * V2_ROWS;
+        const bool more = c + LA < nchunks;
+        uint8_t *tile = tile_s + b * V2_TILE_BYTES;
+        V2_TRACE(210 + 3 * c);
+        if (c >= 2) ptx_mbar_wait(bar_empty + 8 * b, ((c >> 1) - 1) & 1);
+        V2_TRACE(211 + 3 * c);
+        gather_fp8_store(h0, tile, 0, w, lane);
+        const float4 sc0 = h0.sc;
+        if (more) gather_fp8_load(h0, p, next, 0, w, lane);
+        V2_TRACE(400 + 2 * c);
+        gather_fp8_store(h1, tile, 1, w, lane);
+        V2_TRACE(401 + 2 * c);
+        if (w == 0) gather_fp8_scales(sc0, h1.sc, sc_s + b * (C::SC_STAGE / 4), lane);
+        if (more) gather_fp8_load(h1, p, next, 1, w, lane);
+        ptx_fence_proxy_async_smem();
+        ptx_mbar_arrive(bar_full + 8 * b);
+        V2_TRACE(212 + 3 * c);
+      };
+      v2_half a0, a1, b0, b1; /* even chunks in a, odd chunks in b (LA = 2) */
+      if (nchunks > 0) {
+        gather_fp8_load(a0, p, slot_s, 0, w, lane);
+        gather_fp8_load(a1, p, slot_s, 1, w, lane);
+      }
+      if (LA == 2) {
+        if (nchunks > 1) {
+          gather_fp8_load(b0, p, slot_s + V2_ROWS, 0, w, lane);
+          gather_fp8_load(b1, p, slot_s + V2_ROWS, 1, w, lane);
+        }
+        for (int c = 0; c < nchunks; c += 2) {
+          produce(a0, a1, c);
+          if (c + 1 < nchunks) produce(b0, b1, c + 1);
+        }
+      } else {
+        for (int c = 0; c < nchunks; ++c) produce(a0, a1, c);
+      }
+    } else {
+      const uint32_t tile_u32 = ptx_smem_u32(tile_s);
+      /* One chunk's copies in flight at a time: chunk c-1 is published before chunk c's are issued.
+       * (Written when the consumer freed a buffer only after the next chunk's QK; it now frees it
+       * at the end of its own chunk, so two chunks could be in flight — not yet measured.) */
+      for (int c = 0; c < nchunks; ++c) {
+        const int b = c & 1;
+        if (c >= 1) {
+          ptx_cp_async_wait<0>();
+          ptx_fence_proxy_async_smem();
+          ptx_mbar_arrive(bar_full + 8 * ((c - 1) & 1));
+        }
+        if (c >= 2) ptx_mbar_wait(bar_empty + 8 * b, ((c >> 1) - 1) & 1);
+        gather_bf16_issue(p, slot_s + c * V2_ROWS, tile_u32 + b * V2_TILE_BYTES, w, lane);
+        ptx_cp_async_commit();
+      }
+      if (nchunks > 0) {
+        ptx_cp_async_wait<0>();
+        ptx_fence_proxy_async_smem();
+        ptx_mbar_arrive(bar_full + 8 * ((nchunks - 1) & 1));
+      }
+    }
+  } else {
+    /* ================= consumer ================= */
+    const int cw = warp >> 2, w = warp & 3, g = lane >> 2, qd = lane & 3;
+    const int hoff = WN * cw; /* this warpgroup's heads within the CTA */
+    const int bar_wg = 1 + cw;
+    const int r0 = 16 * w + g; /* rows r0, r0 + 8 of every S^T tile */
+    v2_load_q<WN, FP8>(p, t, head0, hoff, q_s, qinv_s, w, lane);
+    ptx_fence_proxy_async_smem();
+    ptx_bar_sync(bar_wg, 128);
+    V2_TRACE(2);
+
+#pragma unroll
+    for (int i = 0; i < C::NCOL; ++i) {
+      m_run[i] = -INFINITY;
+      l_run[i] = 0.f;
+    }
+#pragma unroll
+    for (int mt = 0; mt < 8; ++mt)
+#pragma unroll
+      for (int i = 0; i < NA; ++i) o[mt][i] = 0.f;
+
+    const uint32_t q_u32 = ptx_smem_u32(q_s) + cw * 2 * V2_RG_BYTES, tile_u32 = ptx_smem_u32(tile_s);
+    const uint32_t p_u32 = ptx_smem_u32(p_s) + cw * C::P_WG_BYTES;
+    const uint64_t dq = ptx_wgmma_desc(q_u32, 128, V2_RG_BYTES);
+    float qv[C::NCOL]; /* FP8: 2^-e of this thread's head columns */
+#pragma unroll
+    for (int j = 0; j < WN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) qv[2 * j + e] = FP8 ? qinv_s[hoff + 8 * j + 2 * qd + e] : 1.f;
+
+    for (int c = 0; c < nchunks; ++c) {
+      const int b = c & 1;
+      ptx_mbar_wait(bar_full + 8 * b, (c >> 1) & 1);
+      V2_TRACE(10 + 4 * c);
+      const float *sc = sc_s + b * (C::SC_STAGE / 4);
+
+      /* ---- qk_tile: S^T (and the previous chunk's PV completes underneath) ---- */
+      float s[NA];
+      v2_qk<WN, FP8>(s, ptx_wgmma_desc(tile_u32 + b * V2_TILE_BYTES, 128, V2_RG_BYTES), dq, sc, qv, r0);
+
+      /* ---- online_softmax over the chunk's 64 rows, per head column ---- */
+      V2_TRACE(11 + 4 * c);
+      const int *valid = slot_s + c * V2_ROWS;
+      const bool v0 = valid[r0] >= 0, v1 = valid[r0 + 8] >= 0;
+      float cmax[C::NCOL];
+#pragma unroll
+      for (int j = 0; j < WN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const bool ok = (e & 2) ? v1 : v0;
+          s[4 * j + e] = ok ? s[4 * j + e] * p.scale_log2 : -INFINITY;
+        }
+#pragma unroll
+      for (int j = 0; j < WN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) cmax[2 * j + e] = fmaxf(s[4 * j + e], s[4 * j + e + 2]);
+#pragma unroll
+      for (int i = 0; i < C::NCOL; ++i) {
+        cmax[i] = fmaxf(cmax[i], __shfl_xor_sync(0xffffffffu, cmax[i], 4));
+        cmax[i] = fmaxf(cmax[i], __shfl_xor_sync(0xffffffffu, cmax[i], 8));
+        cmax[i] = fmaxf(cmax[i], __shfl_xor_sync(0xffffffffu, cmax[i], 16));
+      }
+      float *red = red_s + cw * 8 * WN + (c & 1) * 4 * WN;
+      if (g == 0) {
+#pragma unroll
+        for (int j = 0; j < WN / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) red[w * WN + 8 * j + 2 * qd + e] = cmax[2 * j + e];
+      }
+      ptx_bar_sync(bar_wg, 128);
+      float alpha[C::NCOL], base[C::NCOL];
+#pragma unroll
+      for (int j = 0; j < WN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = 8 * j + 2 * qd + e, i = 2 * j + e;
+          const float mx = fmaxf(fmaxf(red[col], red[WN + col]), fmaxf(red[2 * WN + col], red[3 * WN + col]));
+          const float m_new = fmaxf(m_run[i], mx);
+          base[i] = m_new == -INFINITY ? 0.f : m_new;
+          alpha[i] = ptx_ex2(m_run[i] - base[i]);
+          m_run[i] = m_new;
+        }
+      float pr[NA];
+#pragma unroll
+      for (int j = 0; j < WN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) pr[4 * j + e] = ptx_ex2(s[4 * j + e] - base[2 * j + (e & 1)]);
+#pragma unroll
+      for (int j = 0; j < WN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          l_run[2 * j + e] = l_run[2 * j + e] * alpha[2 * j + e] + (pr[4 * j + e] + pr[4 * j + e + 2]);
+
+      /* FP8: O's group-g columns are kept in units of the largest scale of group g seen so far */
+      float ratio[4] = {1.f, 1.f, 1.f, 1.f}, unit_inv[4] = {1.f, 1.f, 1.f, 1.f};
+      if (FP8) {
+#pragma unroll
+        for (int gq = 0; gq < 4; ++gq) {
+          const float u = fmaxf(smax_run[gq], sc[4 * V2_ROWS + gq]);
+          unit_inv[gq] = __frcp_rn(u);
+          if (u != smax_run[gq]) ratio[gq] = smax_run[gq] * unit_inv[gq];
+          smax_run[gq] = u;
+        }
+      }
+
+      /* ---- P^T to shared memory (stmatrix.trans writes the core matrices directly) ---- */
+      {
+        const int mi = lane >> 3, ri = lane & 7;
+#pragma unroll
+        for (int v = 0; v < C::PVER; ++v) {
+          float f0 = 1.f, f1 = 1.f;
+          if (FP8) { /* P' = p * scale / unit, unit = the running largest scale: P' <= 1 */
+            f0 = sc[v * V2_ROWS + r0] * unit_inv[v];
+            f1 = sc[v * V2_ROWS + r0 + 8] * unit_inv[v];
+          }
+#pragma unroll
+          for (int j = 0; j < WN / 8; j += 2) {
+            uint32_t x[4];
+#pragma unroll
+            for (int jj = 0; jj < 2; ++jj) {
+              const int q4 = 4 * (j + jj);
+              if (FP8) {
+                x[2 * jj] = ptx_f32x2_to_f16x2(pr[q4] * f0, pr[q4 + 1] * f0);
+                x[2 * jj + 1] = ptx_f32x2_to_f16x2(pr[q4 + 2] * f1, pr[q4 + 3] * f1);
+              } else {
+                x[2 * jj] = ptx_f32x2_to_bf16x2(pr[q4], pr[q4 + 1]);
+                x[2 * jj + 1] = ptx_f32x2_to_bf16x2(pr[q4 + 2], pr[q4 + 3]);
+              }
+            }
+            const uint32_t addr = p_u32 + v * C::P_VER_BYTES + (j + (mi >> 1)) * 1024 + (2 * w + (mi & 1)) * 128 +
+                                  ri * 16;
+            ptx_stmatrix_x4_trans(addr, x[0], x[1], x[2], x[3]);
+          }
+        }
+      }
+      /* ---- rescale O (alpha per head column, FP8: the unit's change) only when one changed ---- */
+      bool same = ratio[0] == 1.f && ratio[1] == 1.f && ratio[2] == 1.f && ratio[3] == 1.f;
+#pragma unroll
+      for (int i = 0; i < C::NCOL; ++i) same = same && alpha[i] == 1.f;
+      if (!same) {
+#pragma unroll
+        for (int mt = 0; mt < 8; ++mt)
+#pragma unroll
+          for (int j = 0; j < WN / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[mt][4 * j + e] *= alpha[2 * j + (e & 1)] * ratio[mt >> 1];
+      }
+      ptx_fence_proxy_async_smem();
+      ptx_bar_sync(bar_wg, 128); /* P^T complete */
+      V2_TRACE(12 + 4 * c);
+
+      /* ---- pv_tile: O^T += V^T . P^T, then the tile goes back to the producer ---- */
+#pragma unroll
+      for (int mt = 0; mt < 8; ++mt) ptx_reg_fence(o[mt]);
+      ptx_wgmma_fence();
+      const uint32_t v_u32 = tile_u32 + b * V2_TILE_BYTES;
+#pragma unroll
+      for (int mt = 0; mt < 8; ++mt)
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+          const uint64_t da = ptx_wgmma_desc(v_u32 + mt * 1024 + ks * 2 * V2_RG_BYTES, V2_RG_BYTES, 128);
+          const uint64_t db = ptx_wgmma_desc(p_u32 + (FP8 ? (mt >> 1) : 0) * C::P_VER_BYTES + ks * 256, 128, 1024);
+          ptx_wgmma_k16<WN, FP8, 1, 0>(o[mt], da, db, 1);
+        }
+      ptx_wgmma_commit();
+      ptx_wgmma_wait<0>();
+#pragma unroll
+      for (int mt = 0; mt < 8; ++mt) ptx_reg_fence(o[mt]);
+      ptx_mbar_arrive(bar_empty + 8 * b); /* the producer may refill this tile while we go on */
+      V2_TRACE(13 + 4 * c);
+    }
+  }
+
+  ptx_griddep_launch_dependents();
+  __syncthreads(); /* tiles free: the O staging area reuses them */
+  V2_TRACE(3);
+
+  if (warp < 4 * C::CWG) {
+    /* l: sum over the column's 16 row-lanes of each warp (butterfly), then over the warps in order */
+    const int cw = warp >> 2, w = warp & 3, g = lane >> 2, qd = lane & 3;
+    const int hoff = WN * cw;
+    float *red = red_s + cw * 8 * WN;
+#pragma unroll
+    for (int i = 0; i < C::NCOL; ++i) {
+      float l = l_run[i];
+      l += __shfl_xor_sync(0xffffffffu, l, 4);
+      l += __shfl_xor_sync(0xffffffffu, l, 8);
+      l += __shfl_xor_sync(0xffffffffu, l, 16);
+      l_run[i] = l;
+    }
+    if (g == 0) {
+#pragma unroll
+      for (int j = 0; j < WN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) red[w * WN + 8 * j + 2 * qd + e] = l_run[2 * j + e];
+    }
+    /* unnormalised O (true units) to the staging area: [head][dim] */
+#pragma unroll
+    for (int mt = 0; mt < 8; ++mt)
+#pragma unroll
+      for (int j = 0; j < WN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int dim = 64 * mt + 16 * w + g + 8 * (e >> 1);
+          const int h = hoff + 8 * j + 2 * qd + (e & 1);
+          ost_s[h * V2_OSTRIDE + dim] = o[mt][4 * j + e] * (FP8 ? smax_run[mt >> 1] : 1.f); /* 0 * 0 if none */
+        }
+    ptx_bar_sync(1 + cw, 128);
+    if (w == 0 && g == 0) {
+#pragma unroll
+      for (int j = 0; j < WN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = 8 * j + 2 * qd + e;
+          const float l = ((red[col] + red[WN + col]) + red[2 * WN + col]) + red[3 * WN + col];
+          ml_s[hoff + col] = make_float2(m_run[2 * j + e], l);
+        }
+    }
+  }
+  ptx_cluster_sync(); /* every CTA of the (token, group) has its (m, l, O) staged */
+  V2_TRACE(4);
+
+  /* ---- merge the splits through distributed shared memory, in rank order: rank r writes dims
+   * [r * 512 / S, (r + 1) * 512 / S) of every head. Each thread requests all peers' (m, l) and O
+   * pieces at once (a round trip each over the SM-to-SM network), then combines them. ---- */
+  {
+    const int S = p.splits;
+    const uint32_t rank = ptx_cluster_ctarank();
+    const uint32_t ml_u32 = ptx_smem_u32(ml_s), ost_u32 = ptx_smem_u32(ost_s);
+    const int lq = 7 - (S == 8 ? 3 : S == 4 ? 2 : S == 2 ? 1 : 0); /* log2 of the float4 columns a rank writes */
+    const int q4 = 1 << lq;
+    const int units = HN << lq;
+    for (int u = tid; u < units; u += C::THREADS) {
+      const int h = u >> lq, col = u & (q4 - 1), d = 4 * ((int)rank * q4 + col);
+      if (head0 + h >= H) continue;
+      float2 ml[V2_MAX_CLUSTER];
+      float4 ov[V2_MAX_CLUSTER];
+#pragma unroll
+      for (int s = 0; s < V2_MAX_CLUSTER; ++s)
+        if (s < S) {
+          ml[s] = ptx_ld_cluster_f32x2(ptx_mapa(ml_u32 + h * 8, s));
+          ov[s] = ptx_ld_cluster_f32x4(ptx_mapa(ost_u32 + (h * V2_OSTRIDE + d) * 4, s));
+        }
+      float M = -INFINITY;
+#pragma unroll
+      for (int s = 0; s < V2_MAX_CLUSTER; ++s)
+        if (s < S && ml[s].y > 0.f) M = fmaxf(M, ml[s].x);
+      float L = 0.f;
+      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int s = 0; s < V2_MAX_CLUSTER; ++s)
+        if (s < S && ml[s].y > 0.f) { /* a split with nothing (l = 0) contributes nothing */
+          const float wgt = ptx_ex2(ml[s].x - M);
+          L += wgt * ml[s].y;
+          acc.x += wgt * ov[s].x; acc.y += wgt * ov[s].y; acc.z += wgt * ov[s].z; acc.w += wgt * ov[s].w;
+        }
+      const float inv = L > 0.f ? __frcp_rn(L) : 0.f;
+      uint2 packed;
+      packed.x = ptx_f32x2_to_bf16x2(acc.x * inv, acc.y * inv);
+      packed.y = ptx_f32x2_to_bf16x2(acc.z * inv, acc.w * inv);
+      *(uint2 *)(p.out + ((t * H + head0 + h) * V2_V_DIM + d)) = packed;
+      if (p.lse && d == 0) p.lse[t * H + head0 + h] = L > 0.f ? (M + log2f(L)) * V2_LN2 : -INFINITY;
+    }
+  }
+  V2_TRACE(5);
+  ptx_cluster_sync(); /* peers may still read this CTA's staging */
+  V2_TRACE(6);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Host side.
+ */
+template <int HN, bool FP8>
+static cudaError_t v2_launch(mla_v2_params prm, int64_t num_tokens, cudaStream_t stream) {
+  static dsa_smem_cache cache;
+  const int smem = v2_cfg<HN, FP8>::SMEM_BYTES;
+  void (*kernel)(const mla_v2_params) = sparse_mla_sm90_kernel<HN, FP8>;
+  cudaError_t err = dsa_set_smem(kernel, smem, &cache, false);
+  if (err != cudaSuccess) return err;
+  const int64_t per_token = (int64_t)prm.num_groups * prm.splits;
+  const int64_t max_tokens = (int64_t)0x7fffffff / per_token;
+  for (int64_t t0 = 0; t0 < num_tokens; t0 += max_tokens) {
+    const int64_t nt = num_tokens - t0 < max_tokens ? num_tokens - t0 : max_tokens;
+    prm.token_offset = t0;
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[2];
+    cfg.gridDim = dim3((unsigned)(nt * per_token));
+    cfg.blockDim = dim3(v2_cfg<HN, FP8>::THREADS);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    attr[1].id = cudaLaunchAttributeClusterDimension;
+    attr[1].val.clusterDim.x = (unsigned)prm.splits;
+    attr[1].val.clusterDim.y = 1;
+    attr[1].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 2;
+    err = cudaLaunchKernelEx(&cfg, kernel, prm);
+    if (err != cudaSuccess) { /* a device reset drops the smem limit with the old context: once more */
+      if (dsa_set_smem(kernel, smem, &cache, true) != cudaSuccess) return err;
+      err = cudaLaunchKernelEx(&cfg, kernel, prm);
+      if (err != cudaSuccess) return err;
+    }
+  }
+  return cudaSuccess;
+}
+
+extern "C" int dsa_sparse_mla_sm90_launch(const dsa_sparse_mla_args *a, const dsa_mla_plan *pl,
+                                          cudaStream_t stream) {
+  if (a->num_tokens <= 0) return 0;
+  mla_v2_params prm;
+  prm.q = (const __nv_bfloat16 *)a->q;
+  prm.kv = a->kv_cache;
+  prm.kv_stride = a->kv_stride;
+  prm.num_slots = a->num_slots;
+  prm.indices = a->indices;
+  prm.indices_stride = a->indices_stride;
+  prm.lens = a->lens;
+  prm.out = (__nv_bfloat16 *)a->out;
+  prm.lse = a->lse;
+  prm.scale_log2 = a->softmax_scale * V2_LOG2E;
+  prm.topk = a->topk;
+  prm.num_heads = a->num_heads;
+  prm.token_offset = 0;
+  prm.num_groups = pl->groups;
+  prm.splits = pl->splits;
+  prm.blocks_per_split = pl->blocks_per_split;
+  prm.num_blocks = pl->num_blocks;
+  const bool fp8 = a->kv_format == DSA_KV_FP8_PACKED;
+  cudaError_t err;
+  if (pl->mt == 1) err = fp8 ? v2_launch<16, true>(prm, a->num_tokens, stream) : v2_launch<16, false>(prm, a->num_tokens, stream);
+  else err = fp8 ? v2_launch<32, true>(prm, a->num_tokens, stream) : v2_launch<32, false>(prm, a->num_tokens, stream);
+  return (int)err;
+}
