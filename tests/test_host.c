@@ -6,6 +6,7 @@
  *     counted in int and wrapped: dsa_indexer_prefill_scores with num_tokens = INT_MAX never
  *     returned);
  *   - the attention split plan follows the current device's SM count (it was a compile-time 132);
+ *   - the attention kernel chosen per shape (v1 / v2) and the DSA_MLA_KERNEL override;
  *   - no device, a non-sm_90 device and a failing launch come back as clear statuses.
  * A watchdog fails the run if a call does not return within 60 s.
  */
@@ -202,6 +203,65 @@ static void test_sm_count(void) {
   g_dsa_stub.num_sms = 132;
 }
 
+/* Which attention kernel a call runs: the per-shape choice (v2 for packed FP8 KV, <= 64 heads,
+ * >= 32 tokens, at most two waves of 32-head CTAs), DSA_MLA_KERNEL overriding it; v2 plans take
+ * no workspace even when they split. */
+static void test_mla_kernel_choice(void) {
+  dsa_sparse_mla_args a;
+  memset(&a, 0, sizeof a);
+  a.q = FAKE(0x100000000ull);
+  a.kv_cache = FAKE(0x200000000ull);
+  a.num_slots = 1 << 20;
+  a.kv_stride = 576;
+  a.indices = FAKE(0x300000000ull);
+  a.indices_stride = 2048;
+  a.topk = 2048;
+  a.softmax_scale = 0.0625f;
+  a.out = FAKE(0x400000000ull);
+  static const struct {
+    int tokens, heads, fp8, sms, want_v2;
+  } cases[] = {
+      {64, 16, 1, 132, 1},  {64, 64, 1, 132, 1},  {128, 64, 1, 132, 1}, {1, 16, 1, 132, 0},
+      {31, 16, 1, 132, 0},  {32, 16, 1, 132, 1},  {64, 128, 1, 132, 0}, {256, 64, 1, 132, 0},
+      {264, 32, 1, 132, 1}, {265, 32, 1, 132, 0}, {64, 16, 0, 132, 0},  {64, 16, 1, 16, 0},
+  };
+  unsetenv("DSA_MLA_KERNEL");
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    a.num_tokens = cases[i].tokens;
+    a.num_heads = cases[i].heads;
+    a.kv_format = cases[i].fp8 ? DSA_KV_FP8_PACKED : DSA_KV_BF16;
+    g_dsa_stub.num_sms = cases[i].sms;
+    size_t bound = 0;
+    dsa_sparse_mla_workspace_size(&a, &bound);
+    dsa_stub_begin_call(FAKE(0x100000000000ull), bound);
+    const dsa_status st = dsa_sparse_mla(&a, FAKE(0x100000000000ull), bound, 0);
+    char name[160];
+    snprintf(name, sizeof name, "attention kernel for %d tokens x %d heads, %s KV, %d SMs: v%d", cases[i].tokens,
+             cases[i].heads, cases[i].fp8 ? "FP8" : "bf16", cases[i].sms, cases[i].want_v2 ? 2 : 1);
+    const int got_v2 = g_dsa_stub.mla_kernel == 2;
+    check(st == DSA_OK && g_dsa_stub.violations == 0 && got_v2 == cases[i].want_v2, name, "status %lld, got v%lld",
+          st, got_v2 ? 2 : 1);
+  }
+  /* overrides, and no workspace for a split v2 plan (1 token x 16 heads: a cluster of 8) */
+  a.num_tokens = 1;
+  a.num_heads = 16;
+  a.kv_format = DSA_KV_FP8_PACKED;
+  g_dsa_stub.num_sms = 132;
+  for (int v = 1; v <= 2; v++) {
+    setenv("DSA_MLA_KERNEL", v == 1 ? "v1" : "v2", 1);
+    size_t bound = 0;
+    dsa_sparse_mla_workspace_size(&a, &bound);
+    dsa_stub_begin_call(FAKE(0x100000000000ull), bound);
+    const dsa_status st = dsa_sparse_mla(&a, FAKE(0x100000000000ull), bound, 0);
+    const int got = g_dsa_stub.mla_kernel;
+    check(st == DSA_OK && got == v && g_dsa_stub.mla_splits > 1 && (v == 1) == (g_dsa_stub.mla_need > 0),
+          v == 1 ? "DSA_MLA_KERNEL=v1 forces v1 (split partials in the workspace)"
+                 : "DSA_MLA_KERNEL=v2 forces v2 (a cluster of splits, no workspace)",
+          "status %lld, got v%lld", st, got);
+  }
+  unsetenv("DSA_MLA_KERNEL");
+}
+
 /* No device / a non-sm_90 device / a launch failure: clear statuses, messages naming the call. */
 static void test_device_errors(void) {
   const dsa_index_k_store_args ks = kstore(5);
@@ -247,6 +307,7 @@ int main(void) {
   dsa_stub_init();
   test_int_max_loops();
   test_sm_count();
+  test_mla_kernel_choice();
   test_device_errors();
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;

@@ -226,6 +226,7 @@ int dsa_sparse_mla_launch(const dsa_sparse_mla_args *a, const dsa_mla_plan *pl, 
   s->mla_tokens += a->num_tokens;
   s->mla_splits = pl->splits;
   s->mla_need = need;
+  s->mla_kernel = pl->kernel == DSA_MLA_KERNEL_SM90 ? 2 : 1;
   return 0;
 }
 
