@@ -263,6 +263,7 @@ typedef struct {
   uint64_t seed;
   const char *json;
   const char *shape; /* attn: only the shapes whose name contains this */
+  int batches_given; /* --batches on the command line (attn: decode rows of those batches instead) */
 } options;
 
 static void usage(FILE *f) {
@@ -293,7 +294,9 @@ static void usage(FILE *f) {
 "  --sizes LIST           context lengths S, comma separated; k = 1024, M = 1048576 (90k = 92160)\n"
 "                         glm default 512,1k,2k,8k,16k,32k,64k,90k,128k,256k,512k,1M;\n"
 "                         serve default 8k,32k,64k\n"
-"  --batches LIST         serve: decode batch sizes (default 64,128,256)\n"
+"  --batches LIST         serve: decode batch sizes (default 64,128,256); attn: instead of the\n"
+"                         fixed table, decode rows of these batches x --heads heads (each request\n"
+"                         its own 8k context), e.g. to find where two attention kernels cross\n"
 "  --only decode|prefill  glm: one table only\n"
 "  --shape TEXT           attn: only the shapes whose name contains TEXT (e.g. \"128 x 128h\")\n"
 "  --iters N              timed replays per stage, median reported (default 100; DESIGN asks >= 50)\n"
@@ -443,6 +446,7 @@ static void parse_args(int argc, char **argv, options *o) {
       NEED_VALUE();
       int64_t tmp[MAX_BATCHES];
       o->nbatches = parse_list(v, a, tmp, MAX_BATCHES, 0);
+      o->batches_given = 1;
       for (int k = 0; k < o->nbatches; k++) o->batches[k] = (int)tmp[k];
     } else if (!strcmp(a, "--shape")) {
       NEED_VALUE();
@@ -1468,7 +1472,7 @@ static void make_attn_indices(bench *b, const attn_shape *sh, rng *r) {
   CK(cudaMemcpy(b->d_lens, b->h_lens, sizeof(int32_t) * (size_t)sh->tokens, cudaMemcpyHostToDevice));
 }
 
-static void run_attn_row(bench *b, row_result *row, const attn_shape *sh) {
+static void run_attn_row(bench *b, row_result *row, const attn_shape *sh, int stream_id) {
   const options *o = &b->o;
   const int T = sh->tokens, H = sh->heads;
   row_init(row, TBL_ATTN);
@@ -1478,7 +1482,7 @@ static void run_attn_row(bench *b, row_result *row, const attn_shape *sh) {
   row->tokens = T;
   row->heads = H;
   row->S = sh->prefill ? ATTN_PREFILL_S : ATTN_DECODE_S;
-  rng r = rng_make(o->seed, 100 + (uint64_t)(sh - ATTN_SHAPES));
+  rng r = rng_make(o->seed, 100 + (uint64_t)stream_id);
   make_attn_indices(b, sh, &r);
   for (int t = 0; t < T; t++) row->selected += b->h_lens[t];
   dsa_sparse_mla_args m = attn_args(b, T, H, 0);
@@ -1751,18 +1755,34 @@ int main(int argc, char **argv) {
         print_progress(&rows[nrows++]);
       }
   } else if (o->mode == MODE_ATTN) {
-    int max_T = 0, max_H = 0, max_R = 1;
-    for (int i = 0; i < ATTN_NSHAPES; i++) {
-      max_T = ATTN_SHAPES[i].tokens > max_T ? ATTN_SHAPES[i].tokens : max_T;
-      max_H = ATTN_SHAPES[i].heads > max_H ? ATTN_SHAPES[i].heads : max_H;
-      max_R = ATTN_SHAPES[i].reqs > max_R ? ATTN_SHAPES[i].reqs : max_R;
+    /* the fixed table, or (--batches given) decode rows of those batches x --heads heads */
+    const attn_shape *shapes = ATTN_SHAPES;
+    int nshapes = ATTN_NSHAPES;
+    static attn_shape custom[MAX_BATCHES];
+    static char custom_names[MAX_BATCHES][48];
+    if (o->batches_given) {
+      for (int i = 0; i < o->nbatches; i++) {
+        snprintf(custom_names[i], sizeof custom_names[i], "decode %d x %dh", o->batches[i], o->heads);
+        custom[i].name = custom_names[i];
+        custom[i].prefill = 0;
+        custom[i].reqs = custom[i].tokens = o->batches[i];
+        custom[i].heads = o->heads;
+      }
+      shapes = custom;
+      nshapes = o->nbatches;
     }
-    rows = xmalloc(sizeof(row_result) * ATTN_NSHAPES);
+    int max_T = 0, max_H = 0, max_R = 1;
+    for (int i = 0; i < nshapes; i++) {
+      max_T = shapes[i].tokens > max_T ? shapes[i].tokens : max_T;
+      max_H = shapes[i].heads > max_H ? shapes[i].heads : max_H;
+      max_R = shapes[i].reqs > max_R ? shapes[i].reqs : max_R;
+    }
+    rows = xmalloc(sizeof(row_result) * (size_t)nshapes);
     printf("dsa-bench attn on %s (dsa %s)\n", b.dev_name, dsa_version());
     setup(&b, max_R, imax64(ATTN_DECODE_S, ATTN_PREFILL_S), max_T, max_H, 0);
-    for (int i = 0; i < ATTN_NSHAPES; i++) {
-      if (o->shape && !strstr(ATTN_SHAPES[i].name, o->shape)) continue;
-      run_attn_row(&b, &rows[nrows], &ATTN_SHAPES[i]);
+    for (int i = 0; i < nshapes; i++) {
+      if (o->shape && !strstr(shapes[i].name, o->shape)) continue;
+      run_attn_row(&b, &rows[nrows], &shapes[i], i);
       print_progress(&rows[nrows++]);
     }
   } else {
