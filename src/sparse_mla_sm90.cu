@@ -135,9 +135,9 @@ __device__ __forceinline__ int v2_slot(const int32_t *idx_row, int e, int end, i
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Producer (warpgroup 1). Lane l handles rows 8i + (l & 7): the 8 lanes of a quarter-warp write
- * one 128-byte core matrix (conflict-free). FP8 rows travel in halves of 32 rows through
- * registers, so both halves of the next chunk are in flight while this one is converted.
+ * Producer (the last warpgroup). Lane l handles rows 8i + (l & 7): the 8 lanes of a quarter-warp
+ * write one 128-byte core matrix (conflict-free). FP8 rows travel in halves of 32 rows through
+ * registers, so the next one or two chunks are in flight while this one is converted.
  */
 typedef struct {
   uint4 lat[8];   /* rows 32h + 8(i&3) + r, 16-byte columns kk + 4w + 16(i>>2) (16 e4m3 values) */
@@ -240,8 +240,9 @@ __device__ __forceinline__ void gather_bf16_issue(const mla_v2_params &p, const 
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Consumer phases (warpgroup 0). Thread (warp w, lane = 4g + qd) holds, in every m64nHN
- * accumulator, rows 16w + g (+8) and head columns 8j + 2qd (+1), j < HN/8.
+ * Consumer phases (warpgroups 0 .. HN/16 - 1, 16 heads each). Thread (warp w of its warpgroup,
+ * lane = 4g + qd) holds, in every m64n16 accumulator, rows 16w + g (+8) and head columns
+ * 8j + 2qd (+1), j < 2.
  */
 template <int HN, bool FP8>
 __device__ __forceinline__ void v2_load_q(const mla_v2_params &p, int64_t t, int head0, int hoff, uint8_t *q_s,
@@ -505,7 +506,7 @@ __global__ void __launch_bounds__(v2_cfg<HN, FP8>::THREADS, 1) sparse_mla_sm90_k
       V2_TRACE(10 + 4 * c);
       const float *sc = sc_s + b * (C::SC_STAGE / 4);
 
-      /* ---- qk_tile: S^T (and the previous chunk's PV completes underneath) ---- */
+      /* ---- qk_tile: S^T for the chunk's 64 rows and this warpgroup's 16 heads ---- */
       float s[NA];
       v2_qk<WN, FP8>(s, ptx_wgmma_desc(tile_u32 + b * V2_TILE_BYTES, 128, V2_RG_BYTES), dq, sc, qv, r0);
 
