@@ -17,7 +17,9 @@
  * consumers (O half = 128 a thread), 56 for the producer.
  * Budget arithmetic (PERF.md): ~2,200 tensor cycles per chunk and 64 heads.
  *
- * Usage: dsa-dev-mla-v3 [tokens heads topk]   (default 64 128 2048; heads a multiple of 64)
+ * Usage: dsa-dev-mla-v3 [check_tokens heads topk time_tokens]   (default 16 128 2048 4096): checks
+ * check_tokens tokens (random lens, -1 and out-of-range slots) against the float64 reference, then
+ * times time_tokens tokens (prefill-like, all entries valid).
  */
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -322,15 +324,15 @@ static float from_bf16(uint16_t b) {
 }
 
 int main(int argc, char **argv) {
-  const int T = argc > 1 ? atoi(argv[1]) : 64, H = argc > 2 ? atoi(argv[2]) : 128,
-            topk = argc > 3 ? atoi(argv[3]) : 2048;
+  const int T = argc > 1 ? atoi(argv[1]) : 16, H = argc > 2 ? atoi(argv[2]) : 128,
+            topk = argc > 3 ? atoi(argv[3]) : 2048, TT = argc > 4 ? atoi(argv[4]) : 4096;
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     printf("dsa-dev-mla-v3: no CUDA device\n");
     return 77;
   }
-  if (T < 1 || H < 1 || H > 128 || topk < 1 || topk > 2048) {
-    fprintf(stderr, "usage: dsa-dev-mla-v3 [tokens 1.. heads 1..128 topk 1..2048]\n");
+  if (T < 1 || H < 1 || H > 128 || topk < 1 || topk > 2048 || TT < 1) {
+    fprintf(stderr, "usage: dsa-dev-mla-v3 [check_tokens heads 1..128 topk 1..2048 time_tokens]\n");
     return 2;
   }
   const int64_t S = 20000, stride = 576;
@@ -423,20 +425,39 @@ int main(int argc, char **argv) {
   printf("%s v3 bf16: %d tokens x %d heads, topk %d: max rel L2 %.3g, max lse err %.3g\n", ok ? "ok  " : "FAIL", T, H,
          topk, worst, worst_lse);
 
-  /* timing: back-to-back launches, hot L2 */
+  /* timing: time_tokens tokens, every entry valid, back-to-back launches (hot L2) */
+  int32_t *tidx = (int32_t *)malloc(4 * (size_t)TT * topk);
+  for (size_t i = 0; i < (size_t)TT * topk; ++i) tidx[i] = (int32_t)(rnd() % (uint32_t)S);
+  void *tq, *tdidx, *tout;
+  float *tlse;
+  CK(cudaMalloc(&tq, 2 * (size_t)TT * H * 576));
+  CK(cudaMemset(tq, 0x3C, 2 * (size_t)TT * H * 576)); /* bf16 0x3C3C: any finite q times the same */
+  CK(cudaMalloc(&tdidx, 4 * (size_t)TT * topk));
+  CK(cudaMemcpy(tdidx, tidx, 4 * (size_t)TT * topk, cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&tout, 2 * (size_t)TT * H * 512));
+  CK(cudaMalloc(&tlse, 4 * (size_t)TT * H));
+  v3_params tp = prm;
+  tp.q = (const __nv_bfloat16 *)tq;
+  tp.indices = (const int32_t *)tdidx;
+  tp.lens = NULL;
+  tp.out = (__nv_bfloat16 *)tout;
+  tp.lse = tlse;
+  const dim3 tgrid((unsigned)(TT * tp.num_groups));
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  for (int i = 0; i < 5; ++i) mla_v3_kernel<<<grid, V3_THREADS, V3_SMEM>>>(prm);
+  for (int i = 0; i < 3; ++i) mla_v3_kernel<<<tgrid, V3_THREADS, V3_SMEM>>>(tp);
   CK(cudaEventRecord(e0));
-  const int iters = 50;
-  for (int i = 0; i < iters; ++i) mla_v3_kernel<<<grid, V3_THREADS, V3_SMEM>>>(prm);
+  const int iters = 20;
+  for (int i = 0; i < iters; ++i) mla_v3_kernel<<<tgrid, V3_THREADS, V3_SMEM>>>(tp);
   CK(cudaEventRecord(e1));
   CK(cudaEventSynchronize(e1));
+  CK(cudaGetLastError());
   float ms = 0.f;
   CK(cudaEventElapsedTime(&ms, e0, e1));
   const double us = 1000.0 * ms / iters;
-  const double flop = 2.0 * T * H * (double)topk * (576 + 512);
-  printf("     %.1f us a launch (events, %d back-to-back), %.1f TFLOP/s at full topk\n", us, iters, flop / us * 1e-6);
+  const double flop = 2.0 * TT * H * (double)topk * (576 + 512);
+  printf("     %d tokens x %d heads, topk %d: %.1f us a launch (events, %d back-to-back), %.1f TFLOP/s\n", TT, H, topk,
+         us, iters, flop / us * 1e-6);
   return ok ? 0 : 1;
 }
