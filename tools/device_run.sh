@@ -11,6 +11,8 @@
 #   all       test, python, then bench
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck, initcheck (or the tools named) over
 #             both GPU test programs; one summary line per tool
+#   dev       the development aids: dsa-sm90-microbench, dsa-trace-mla, dsa-dev-mla-v3 (64 and 128
+#             heads), and the v1/v2 attention crossover (dsa-bench attn --batches, each kernel forced)
 set -uo pipefail
 OUT=${OUT:-/tmp/dsa-out}
 mkdir -p "$OUT"
@@ -73,6 +75,22 @@ if [ "$what" = sanitize ]; then
     echo "$line"
   done
   printf '%s\n' "${summary[@]}" >"$OUT/sanitize-summary.txt"
+fi
+
+if [ "$what" = dev ]; then
+  "$B/dsa-sm90-microbench" >"$OUT/microbench.log" 2>&1 || rc=$?
+  cat "$OUT/microbench.log"
+  "$B/dsa-trace-mla" >"$OUT/trace-mla.log" 2>&1 || rc=$?
+  tail -n 30 "$OUT/trace-mla.log"
+  for h in 64 128; do
+    timeout 300 "$B/dsa-dev-mla-v3" 16 $h 2048 4096 >"$OUT/dev-mla-v3-h$h.log" 2>&1 || rc=$?
+    cat "$OUT/dev-mla-v3-h$h.log"
+  done
+  for k in v1 v2; do
+    DSA_MLA_KERNEL=$k "$B/dsa-bench" attn --kv fp8 --heads 16 --batches 1,2,4,8,16,32,64,128 \
+      --json "$OUT/attn-crossover-$k.json" >"$OUT/attn-crossover-$k.log" 2>&1 || rc=$?
+    sed -n '/== sparse/,$p' "$OUT/attn-crossover-$k.log" | grep -v "^%" | sed "s/^/$k /"
+  done
 fi
 
 if [ "$what" = attn ]; then
