@@ -24,10 +24,6 @@ dsa_topk_layout dsa_topk_ws_layout(int num_rows) {
 
 /* ---- sparse MLA ---- */
 
-/* Heads per CTA: up to 64 with FP8 KV, 32 with bf16 KV (two bf16 tiles + 64 Q rows exceed 227 KB).
- * Splits: only while the grid is under one wave (one resident CTA per SM: every configuration
- * uses > 114 KB of shared memory) and at most 2 CTAs per SM in all (bounds the workspace); among
- * those, the fewest waves x (blocks per split + 1) (+1 for the combine). */
 /* v2: HN = 16 or 32 heads per CTA; splits form a cluster of 1, 2, 4 or 8 CTAs and need no
  * workspace. Among those, the fewest waves x (chunks per split + 1) (+1 for the merge). */
 static dsa_mla_plan mla_plan_sm90(const dsa_sparse_mla_args *a, int num_sms) {
@@ -65,6 +61,10 @@ int dsa_mla_choose_kernel(const dsa_sparse_mla_args *a, int num_sms) {
   return DSA_MLA_KERNEL_MMA;
 }
 
+/* v1: heads per CTA up to 64 with FP8 KV, 32 with bf16 KV (two bf16 tiles + 64 Q rows exceed 227 KB).
+ * Splits: only while the grid is under one wave (one resident CTA per SM: every configuration
+ * uses > 114 KB of shared memory) and at most 2 CTAs per SM in all (bounds the workspace); among
+ * those, the fewest waves x (blocks per split + 1) (+1 for the combine). */
 dsa_mla_plan dsa_mla_make_plan(const dsa_sparse_mla_args *a, int num_sms, int kernel) {
   if (kernel == DSA_MLA_KERNEL_SM90) return mla_plan_sm90(a, num_sms);
   dsa_mla_plan pl;
