@@ -12,7 +12,7 @@
  *                                                    memory, K-major), B = the tile read MN-major
  * Roles (384 threads): warpgroup 0 runs QK and the online softmax for the chunk and PV for dims
  * 0..255; warpgroup 1 runs PV for dims 256..511 with the P and alpha warpgroup 0 publishes
- * (named barriers 1 "P ready" / 2 "P free"); warpgroup 2 gathers rows by cp.async into a
+ * (named barriers 1 "P ready" / 2 "P free"; 3 Q loaded, 4 epilogue, 5 P complete within warpgroup 0); warpgroup 2 gathers rows by cp.async into a
  * two-tile mbarrier ring (two chunks of copies in flight). setmaxnreg: 224 registers for the
  * consumers (O half = 128 a thread), 56 for the producer.
  * Budget arithmetic (PERF.md): ~2,200 tensor cycles per chunk and 64 heads.
@@ -227,7 +227,8 @@ __global__ void __launch_bounds__(V3_THREADS, 1) mla_v3_kernel(const v3_params p
         alpha_s[h0 + 8] = a1;
       }
       ptx_fence_proxy_async_smem();
-      ptx_bar_arrive(1, 256); /* P(c), alpha(c) ready */
+      ptx_bar_arrive(1, 256); /* P(c), alpha(c) ready for warpgroup 1 */
+      ptx_bar_sync(5, 128);   /* ... and complete for this warpgroup's own PV */
     } else {
       ptx_bar_sync(1, 256);
       a0 = alpha_s[h0];
