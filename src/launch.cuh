@@ -11,21 +11,34 @@
 #include <atomic>
 
 template <typename... KArgs, typename... Args>
-static cudaError_t dsa_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                              cudaStream_t stream, bool programmatic, Args &&...args) {
+static cudaError_t dsa_launch_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                      cudaStream_t stream, bool programmatic, unsigned cluster_x, Args &&...args) {
   cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   if (programmatic) {
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
   }
+  if (cluster_x > 0) { /* thread-block clusters of cluster_x CTAs along x (grid.x a multiple of it) */
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = cluster_x;
+    attr[n].val.clusterDim.y = 1;
+    attr[n++].val.clusterDim.z = 1;
+  }
+  cfg.attrs = n ? attr : nullptr;
+  cfg.numAttrs = n;
   return cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
+}
+
+template <typename... KArgs, typename... Args>
+static cudaError_t dsa_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                              cudaStream_t stream, bool programmatic, Args &&...args) {
+  return dsa_launch_cluster(kernel, grid, block, smem, stream, programmatic, 0u, static_cast<Args &&>(args)...);
 }
 
 /* Per kernel (a static at each launch site): the dynamic shared-memory limit set so far on each
@@ -50,16 +63,23 @@ static cudaError_t dsa_set_smem(void (*kernel)(KArgs...), size_t smem, dsa_smem_
   return err;
 }
 
-/* dsa_launch for a kernel that may need more than 48 KB of dynamic shared memory: sets the limit
- * (once), launches, and if the launch fails — a device reset drops the limit with the old context —
- * sets it again and retries once. */
+/* dsa_launch(_cluster) for a kernel that may need more than 48 KB of dynamic shared memory: sets the
+ * limit (once), launches, and if the launch fails — a device reset drops the limit with the old
+ * context — sets it again and retries once. */
+template <typename... KArgs, typename... Args>
+static cudaError_t dsa_launch_smem_cluster(void (*kernel)(KArgs...), dsa_smem_cache *cache, dim3 grid, dim3 block,
+                                           size_t smem, cudaStream_t stream, bool programmatic, unsigned cluster_x,
+                                           Args &&...args) {
+  cudaError_t err = dsa_set_smem(kernel, smem, cache, false);
+  if (err != cudaSuccess) return err;
+  err = dsa_launch_cluster(kernel, grid, block, smem, stream, programmatic, cluster_x, args...);
+  if (err == cudaSuccess || smem <= 48 * 1024) return err;
+  if (dsa_set_smem(kernel, smem, cache, true) != cudaSuccess) return err;
+  return dsa_launch_cluster(kernel, grid, block, smem, stream, programmatic, cluster_x, args...);
+}
+
 template <typename... KArgs, typename... Args>
 static cudaError_t dsa_launch_smem(void (*kernel)(KArgs...), dsa_smem_cache *cache, dim3 grid, dim3 block,
                                    size_t smem, cudaStream_t stream, bool programmatic, Args &&...args) {
-  cudaError_t err = dsa_set_smem(kernel, smem, cache, false);
-  if (err != cudaSuccess) return err;
-  err = dsa_launch(kernel, grid, block, smem, stream, programmatic, args...);
-  if (err == cudaSuccess || smem <= 48 * 1024) return err;
-  if (dsa_set_smem(kernel, smem, cache, true) != cudaSuccess) return err;
-  return dsa_launch(kernel, grid, block, smem, stream, programmatic, args...);
+  return dsa_launch_smem_cluster(kernel, cache, grid, block, smem, stream, programmatic, 0u, args...);
 }

@@ -1,9 +1,9 @@
 /*
- * rows.cuh — device-side visibility rules shared by the scoring and top-k kernels (DESIGN.md §3):
- * for launch-token t, its visible length L(t), where its positions start in key coordinates, and
- * what position i reports as output. Every lookup is bounds-checked against the capacities in
+ * rows.cuh — device-side visibility rules shared by the kernels (DESIGN.md §3, §4). Scoring and
+ * top-k: for launch-token t, its visible length L(t), where its positions start in key coordinates,
+ * and what position i reports as output; every lookup is bounds-checked against the capacities in
  * dsa_rows, so no content of seq_lens / block_table / row ranges / slot lists can cause an
- * out-of-bounds access.
+ * out-of-bounds access. Attention: which entries of an index row are used.
  */
 #pragma once
 #include "dsa_kernels.h"
@@ -86,4 +86,12 @@ static __device__ __forceinline__ int rows_output(const dsa_rows &r, int t, int 
     return r.output_global_slots ? (int)rows_key_slot(r, t, w) : w;
   }
   return i;
+}
+
+/* Attention (both kernel versions): the KV slot of entry e of an index row, or -1 when the entry is
+ * skipped — e at or past the row's end (topk, lens), or an index outside [0, num_slots). */
+static __device__ __forceinline__ int mla_entry_slot(const int32_t *idx_row, int e, int end, int64_t num_slots) {
+  if (e >= end) return -1;
+  const int idx = __ldg(idx_row + e);
+  return (idx >= 0 && (int64_t)idx < num_slots) ? idx : -1;
 }

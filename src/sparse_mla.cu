@@ -48,6 +48,8 @@
 
 #include "dsa_kernels.h"
 #include "launch.cuh"
+#include "ptx.cuh"
+#include "rows.cuh"
 
 #define MLA_QK_DIM 576
 #define MLA_V_DIM MLA_OUT_DIM     /* config.h */
@@ -118,58 +120,6 @@ typedef struct {
   int num_blocks;
 } mla_fwd_params;
 
-/* ---------------------------------------------------------------------------------------------
- * PTX helpers.
- */
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-  return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-/* 16-byte async copy global -> shared; src_bytes = 0 writes zeros and reads nothing. */
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
-               "l"(__cvta_generic_to_global(src)), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit(void) {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all(void) {
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-__device__ __forceinline__ void cp_async_wait_one(void) {
-  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-}
-
-__device__ __forceinline__ void ldsm_x4(uint32_t r[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-/* D += A(16x16, row) * B(16x8, col), bf16 in, fp32 accumulate. */
-__device__ __forceinline__ void mma_bf16_16816(float d[4], const uint32_t a[4], uint32_t b0,
-                                               uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* Programmatic dependent launch: wait for the previous kernel's memory, let the next one start. */
-__device__ __forceinline__ void griddep_wait(void) {
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-}
-__device__ __forceinline__ void griddep_launch_dependents(void) {
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-}
-
 /* Byte offset of 16-byte chunk c of row r in a swizzled [rows][576] bf16 tile. */
 __device__ __forceinline__ uint32_t tile_off(int r, int c) {
   return (uint32_t)(r * MLA_ROW_BYTES + ((c ^ (r & 7)) << 4));
@@ -186,15 +136,6 @@ __device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t two_bytes) {
 __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   __nv_bfloat162 r = __hmul2(*(const __nv_bfloat162 *)&a, *(const __nv_bfloat162 *)&b);
   return *(const uint32_t *)&r;
-}
-
-/* Global KV slot of entry `row` of chunk `chunk` of this CTA, or -1 when the entry is skipped. */
-__device__ __forceinline__ int mla_entry_slot(const int32_t *idx_row, int begin, int end,
-                                              int chunk, int row, int64_t num_slots) {
-  const int e = begin + chunk * MLA_BLOCK_N + row;
-  if (e >= end) return -1;
-  const int idx = __ldg(idx_row + e);
-  return (idx >= 0 && (int64_t)idx < num_slots) ? idx : -1;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -215,10 +156,10 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) sparse_mla_fwd_kernel(const ml
   float *row_l_s = row_m_s + HG;
   float *kscale_s = (float *)(smem + C::SCALE_OFF);               /* FP8: [4 groups][64 keys] */
   uint32_t *vscale_s = (uint32_t *)(kscale_s + 4 * MLA_BLOCK_N);  /* FP8: [4][32] bf16 key pairs */
-  const uint32_t q_u32 = smem_u32(smem + C::Q_OFF);
-  const uint32_t tile_u32 = smem_u32(smem + C::TILE_OFF);
-  const uint32_t stage_u32 = smem_u32(stage);
-  const uint32_t p_u32 = smem_u32(p_s);
+  const uint32_t q_u32 = ptx_smem_u32(smem + C::Q_OFF);
+  const uint32_t tile_u32 = ptx_smem_u32(smem + C::TILE_OFF);
+  const uint32_t stage_u32 = ptx_smem_u32(stage);
+  const uint32_t p_u32 = ptx_smem_u32(p_s);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, qd = lane & 3; /* mma fragment row / column pair */
@@ -231,7 +172,7 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) sparse_mla_fwd_kernel(const ml
   const int H = p.num_heads;
   const int head0 = group * HG;
 
-  griddep_wait(); /* inputs may come from the previous kernel in the stream */
+  ptx_griddep_wait(); /* inputs may come from the previous kernel in the stream */
 
   /* Entries [begin, end) of the index row belong to this CTA. */
   const int blk0 = split * p.blocks_per_split;
@@ -245,8 +186,8 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) sparse_mla_fwd_kernel(const ml
   /* Slots of chunks 0 and 1 (loads first: their latency hides behind the Q copies). */
   int slot0 = -1, slot1 = -1;
   if (tid < MLA_BLOCK_N) {
-    slot0 = mla_entry_slot(idx_row, begin, end, 0, tid, p.num_slots);
-    slot1 = mla_entry_slot(idx_row, begin, end, 1, tid, p.num_slots);
+    slot0 = mla_entry_slot(idx_row, begin + tid, end, p.num_slots);
+    slot1 = mla_entry_slot(idx_row, begin + MLA_BLOCK_N + tid, end, p.num_slots);
   }
   /* Q tile (rows past H are zero). */
   for (int x = tid; x < HG * MLA_ROW_CHUNKS; x += MLA_THREADS) {
@@ -254,9 +195,9 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) sparse_mla_fwd_kernel(const ml
     const int h = head0 + r;
     const __nv_bfloat16 *src = p.q;
     if (h < H) src = p.q + ((t * H + h) * MLA_QK_DIM + c * 8);
-    cp_async_16(q_u32 + tile_off(r, c), src, h < H ? 16 : 0);
+    ptx_cp_async_16(q_u32 + tile_off(r, c), src, h < H ? 16 : 0);
   }
-  cp_async_commit();
+  ptx_cp_async_commit();
   if (tid < MLA_BLOCK_N) {
     idx_s[tid] = slot0;
     idx_s[MLA_BLOCK_N + tid] = slot1;
@@ -272,7 +213,7 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) sparse_mla_fwd_kernel(const ml
         const int r = x / MLA_FP8_ROW_CHUNKS, c = x - r * MLA_FP8_ROW_CHUNKS;
         const int slot = slots[r];
         const uint8_t *src = slot >= 0 ? kv + (int64_t)slot * MLA_FP8_ROW_BYTES + c * 16 : kv;
-        cp_async_16(stage_u32 + r * MLA_FP8_ROW_BYTES + c * 16, src, slot >= 0 ? 16 : 0);
+        ptx_cp_async_16(stage_u32 + r * MLA_FP8_ROW_BYTES + c * 16, src, slot >= 0 ? 16 : 0);
       }
     } else {
       const __nv_bfloat16 *kv = (const __nv_bfloat16 *)p.kv;
@@ -282,12 +223,12 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) sparse_mla_fwd_kernel(const ml
         const int r = x / MLA_ROW_CHUNKS, c = x - r * MLA_ROW_CHUNKS;
         const int slot = slots[r];
         const __nv_bfloat16 *src = slot >= 0 ? kv + (int64_t)slot * p.kv_stride + c * 8 : kv;
-        cp_async_16(dst + tile_off(r, c), src, slot >= 0 ? 16 : 0);
+        ptx_cp_async_16(dst + tile_off(r, c), src, slot >= 0 ? 16 : 0);
       }
     }
   };
   if (nchunks > 0) gather(0);
-  cp_async_commit();
+  ptx_cp_async_commit();
 
   /* S-phase role: m-tile, key half, k range. */
   const int s_mi = warp % MT;
@@ -296,12 +237,12 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) sparse_mla_fwd_kernel(const ml
 
   uint32_t qfrag[C::Q_REGS ? C::KSTEPS : 1][4];
   if (C::Q_REGS) {
-    cp_async_wait_one(); /* Q has landed (chunk 0 may still be in flight) */
+    ptx_cp_async_wait<1>(); /* Q has landed (chunk 0 may still be in flight) */
     __syncthreads();
     const int r = s_mi * 16 + (lane & 15);
 #pragma unroll
     for (int s = 0; s < C::KSTEPS; ++s)
-      ldsm_x4(qfrag[C::Q_REGS ? s : 0], q_u32 + tile_off(r, 2 * (s_kq * C::KSTEPS + s) + (lane >> 4)));
+      ptx_ldmatrix_x4(qfrag[C::Q_REGS ? s : 0], q_u32 + tile_off(r, 2 * (s_kq * C::KSTEPS + s) + (lane >> 4)));
   }
 
   /* Softmax role: one head row, ROW_THREADS threads per row (adjacent lanes). */
@@ -318,7 +259,7 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) sparse_mla_fwd_kernel(const ml
       for (int k = 0; k < 4; ++k) oacc[mi][nt][k] = 0.f;
 
   for (int c = 0; c < nchunks; ++c) {
-    cp_async_wait_all();
+    ptx_cp_async_wait<0>();
     __syncthreads(); /* chunk c landed; chunk c-1's PV phase is done with P and the tiles */
 
     if (FP8) {
@@ -356,9 +297,10 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) sparse_mla_fwd_kernel(const ml
     }
 
     if (c + 1 < nchunks) gather(c + 1);
-    cp_async_commit();
+    ptx_cp_async_commit();
     int next_slot = -1; /* chunk c+2's slot for row tid, stored after the math hides the load */
-    if (tid < MLA_BLOCK_N) next_slot = mla_entry_slot(idx_row, begin, end, c + 2, tid, p.num_slots);
+    if (tid < MLA_BLOCK_N)
+      next_slot = mla_entry_slot(idx_row, begin + (c + 2) * MLA_BLOCK_N + tid, end, p.num_slots);
 
     const uint32_t kv_u32 = tile_u32 + (FP8 ? 0 : (c & 1) * C::TILE_BYTES);
 
@@ -384,14 +326,14 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) sparse_mla_fwd_kernel(const ml
 #pragma unroll
           for (int k = 0; k < 4; ++k) afr[k] = qfrag[C::Q_REGS ? s : 0][k];
         } else {
-          ldsm_x4(afr, q_u32 + tile_off(qrow, 2 * ks + (lane >> 4)));
+          ptx_ldmatrix_x4(afr, q_u32 + tile_off(qrow, 2 * ks + (lane >> 4)));
         }
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           uint32_t b[4];
-          ldsm_x4(b, kv_u32 + tile_off(krow + 16 * j, 2 * ks + khi));
-          mma_bf16_16816(sacc[2 * j], afr, b[0], b[1]);
-          mma_bf16_16816(sacc[2 * j + 1], afr, b[2], b[3]);
+          ptx_ldmatrix_x4(b, kv_u32 + tile_off(krow + 16 * j, 2 * ks + khi));
+          ptx_mma_m16n8k16_bf16(sacc[2 * j], afr, b[0], b[1]);
+          ptx_mma_m16n8k16_bf16(sacc[2 * j + 1], afr, b[2], b[3]);
         }
         /* FP8: at the end of a 128-dim group (8 k-steps) or of the warp's range, add the group's
          * dot products times the keys' group scales (rope: k-steps 32..35, scale 1). */
@@ -499,7 +441,7 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) sparse_mla_fwd_kernel(const ml
 #pragma unroll
         for (int mi = 0; mi < MT; ++mi) {
           const int r = mi * 16 + prow;
-          ldsm_x4(afr[mi], p_u32 + r * (MLA_BLOCK_N * 2) + (((2 * ks + (lane >> 4)) ^ (r & 7)) << 4));
+          ptx_ldmatrix_x4(afr[mi], p_u32 + r * (MLA_BLOCK_N * 2) + (((2 * ks + (lane >> 4)) ^ (r & 7)) << 4));
         }
         if (FP8) {
           /* P' = P * scale(key, this warp's group): a0,a1 hold keys 2q,2q+1, a2,a3 keys 2q+8,2q+9 */
@@ -516,11 +458,11 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) sparse_mla_fwd_kernel(const ml
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           uint32_t b[4];
-          ldsm_x4_trans(b, kv_u32 + tile_off(ks * 16 + vkey, vchunk + 2 * j));
+          ptx_ldmatrix_x4_trans(b, kv_u32 + tile_off(ks * 16 + vkey, vchunk + 2 * j));
 #pragma unroll
           for (int mi = 0; mi < MT; ++mi) {
-            mma_bf16_16816(oacc[mi][2 * j], afr[mi], b[0], b[1]);
-            mma_bf16_16816(oacc[mi][2 * j + 1], afr[mi], b[2], b[3]);
+            ptx_mma_m16n8k16_bf16(oacc[mi][2 * j], afr[mi], b[0], b[1]);
+            ptx_mma_m16n8k16_bf16(oacc[mi][2 * j + 1], afr[mi], b[2], b[3]);
           }
         }
       }
@@ -528,8 +470,8 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) sparse_mla_fwd_kernel(const ml
     if (tid < MLA_BLOCK_N) idx_s[((c + 2) % 3) * MLA_BLOCK_N + tid] = next_slot;
   }
 
-  griddep_launch_dependents(); /* the combine kernel may start its launch */
-  cp_async_wait_all();
+  ptx_griddep_launch_dependents(); /* the combine kernel may start its launch */
+  ptx_cp_async_wait<0>();
 
   /* Row statistics: l summed over the row's threads in a fixed butterfly order. */
   {
@@ -602,7 +544,7 @@ __global__ void __launch_bounds__(MLA_COMBINE_THREADS) sparse_mla_combine_kernel
   __shared__ float w_s[32];
   __shared__ float inv_l_s;
   __shared__ float4 half_s[MLA_V_DIM / 4];
-  griddep_wait(); /* partials come from the attention kernel */
+  ptx_griddep_wait(); /* partials come from the attention kernel */
   const int64_t r = blockIdx.x;
   const int tid = threadIdx.x;
   if (tid < 32) {

@@ -41,6 +41,7 @@
 #include "dsa_kernels.h"
 #include "launch.cuh"
 #include "ptx.cuh"
+#include "rows.cuh"
 
 #define V2_QK_DIM 576
 #define V2_V_DIM 512
@@ -125,13 +126,6 @@ __device__ __forceinline__ int v2_range(const mla_v2_params &p, int64_t t, int s
   if (p.lens) e = min(e, max(__ldg(p.lens + t), 0));
   *end = e;
   return e > *begin ? (e - *begin + V2_ROWS - 1) / V2_ROWS : 0;
-}
-
-/* Slot of entry `e` or -1 when it is skipped. */
-__device__ __forceinline__ int v2_slot(const int32_t *idx_row, int e, int end, int64_t num_slots) {
-  if (e >= end) return -1;
-  const int idx = __ldg(idx_row + e);
-  return (idx >= 0 && (int64_t)idx < num_slots) ? idx : -1;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -404,7 +398,7 @@ __global__ void __launch_bounds__(v2_cfg<HN, FP8>::THREADS, 1) sparse_mla_sm90_k
     /* every entry of the split as a slot or -1, once: no index load sits in front of a row load,
      * and the consumer masks with the same array */
     for (int i = tid - 128 * C::CWG; i < nchunks * V2_ROWS; i += 128)
-      slot_s[i] = v2_slot(idx_row, begin + i, end, p.num_slots);
+      slot_s[i] = mla_entry_slot(idx_row, begin + i, end, p.num_slots);
     ptx_bar_sync(1 + C::CWG, 128); /* producer-only barrier */
     V2_TRACE(200);
     if (FP8) {
@@ -745,35 +739,17 @@ __global__ void __launch_bounds__(v2_cfg<HN, FP8>::THREADS, 1) sparse_mla_sm90_k
 template <int HN, bool FP8>
 static cudaError_t v2_launch(mla_v2_params prm, int64_t num_tokens, cudaStream_t stream) {
   static dsa_smem_cache cache;
-  const int smem = v2_cfg<HN, FP8>::SMEM_BYTES;
-  void (*kernel)(const mla_v2_params) = sparse_mla_sm90_kernel<HN, FP8>;
-  cudaError_t err = dsa_set_smem(kernel, smem, &cache, false);
-  if (err != cudaSuccess) return err;
   const int64_t per_token = (int64_t)prm.num_groups * prm.splits;
-  const int64_t max_tokens = (int64_t)0x7fffffff / per_token;
+  const int64_t max_tokens = (int64_t)0x7fffffff / per_token; /* gridDim.x limit */
   for (int64_t t0 = 0; t0 < num_tokens; t0 += max_tokens) {
     const int64_t nt = num_tokens - t0 < max_tokens ? num_tokens - t0 : max_tokens;
     prm.token_offset = t0;
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[2];
-    cfg.gridDim = dim3((unsigned)(nt * per_token));
-    cfg.blockDim = dim3(v2_cfg<HN, FP8>::THREADS);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    attr[1].id = cudaLaunchAttributeClusterDimension;
-    attr[1].val.clusterDim.x = (unsigned)prm.splits;
-    attr[1].val.clusterDim.y = 1;
-    attr[1].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 2;
-    err = cudaLaunchKernelEx(&cfg, kernel, prm);
-    if (err != cudaSuccess) { /* a device reset drops the smem limit with the old context: once more */
-      if (dsa_set_smem(kernel, smem, &cache, true) != cudaSuccess) return err;
-      err = cudaLaunchKernelEx(&cfg, kernel, prm);
-      if (err != cudaSuccess) return err;
-    }
+    /* PDL, and the splits of a (token, group) as one cluster */
+    const cudaError_t err =
+        dsa_launch_smem_cluster(sparse_mla_sm90_kernel<HN, FP8>, &cache, dim3((unsigned)(nt * per_token)),
+                                v2_cfg<HN, FP8>::THREADS, v2_cfg<HN, FP8>::SMEM_BYTES, stream, true,
+                                (unsigned)prm.splits, prm);
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
@@ -801,7 +777,9 @@ extern "C" int dsa_sparse_mla_sm90_launch(const dsa_sparse_mla_args *a, const ds
   prm.num_blocks = pl->num_blocks;
   const bool fp8 = a->kv_format == DSA_KV_FP8_PACKED;
   cudaError_t err;
-  if (pl->mt == 1) err = fp8 ? v2_launch<16, true>(prm, a->num_tokens, stream) : v2_launch<16, false>(prm, a->num_tokens, stream);
-  else err = fp8 ? v2_launch<32, true>(prm, a->num_tokens, stream) : v2_launch<32, false>(prm, a->num_tokens, stream);
+  if (pl->mt == 1)
+    err = fp8 ? v2_launch<16, true>(prm, a->num_tokens, stream) : v2_launch<16, false>(prm, a->num_tokens, stream);
+  else
+    err = fp8 ? v2_launch<32, true>(prm, a->num_tokens, stream) : v2_launch<32, false>(prm, a->num_tokens, stream);
   return (int)err;
 }
