@@ -311,19 +311,6 @@ static uint32_t rnd(void) {
   return (uint32_t)g_rng;
 }
 static float frnd(void) { return (float)(rnd() >> 8) / 16777216.f * 2.f - 1.f; }
-static uint16_t to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-static float from_bf16(uint16_t b) {
-  const uint32_t u = (uint32_t)b << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
 int main(int argc, char **argv) {
   const int T = argc > 1 ? atoi(argv[1]) : 16, H = argc > 2 ? atoi(argv[2]) : 128,
             topk = argc > 3 ? atoi(argv[3]) : 2048, TT = argc > 4 ? atoi(argv[4]) : 4096;
@@ -340,8 +327,8 @@ int main(int argc, char **argv) {
   const float scale = 0.0625f;
   uint16_t *kv = (uint16_t *)malloc(sizeof(uint16_t) * S * stride), *q = (uint16_t *)malloc(2 * (size_t)T * H * 576);
   int32_t *idx = (int32_t *)malloc(4 * (size_t)T * topk), *lens = (int32_t *)malloc(4 * (size_t)T);
-  for (int64_t i = 0; i < S * stride; ++i) kv[i] = to_bf16(frnd());
-  for (size_t i = 0; i < (size_t)T * H * 576; ++i) q[i] = to_bf16(2.f * frnd());
+  for (int64_t i = 0; i < S * stride; ++i) kv[i] = dsa_float_to_bf16(frnd());
+  for (size_t i = 0; i < (size_t)T * H * 576; ++i) q[i] = dsa_float_to_bf16(2.f * frnd());
   for (int t = 0; t < T; ++t) {
     lens[t] = t % 7 == 3 ? (int)(rnd() % (uint32_t)(topk + 1)) : topk; /* some short rows, one maybe 0 */
     for (int i = 0; i < topk; ++i) {
@@ -410,7 +397,7 @@ int main(int argc, char **argv) {
   for (int t = 0; t < T; ++t) {
     double num = 0.0, den = 0.0;
     for (size_t e = 0; e < (size_t)H * 512; ++e) {
-      const double gv = from_bf16(out[(size_t)t * H * 512 + e]), rv = ref[(size_t)t * H * 512 + e];
+      const double gv = dsa_bf16_to_float(out[(size_t)t * H * 512 + e]), rv = ref[(size_t)t * H * 512 + e];
       num += (gv - rv) * (gv - rv);
       den += rv * rv;
     }

@@ -156,33 +156,46 @@ static void test_int_max_loops(void) {
         "status %lld, tokens %lld", st, g_dsa_stub.store_tokens);
 }
 
-/* The attention split plan is made for the current device's SM count. */
-static void test_sm_count(void) {
+/* A valid attention call on fake device pointers (the stub launchers never touch them). */
+static dsa_sparse_mla_args mla_args(int tokens, int heads, dsa_kv_format fmt) {
   dsa_sparse_mla_args a;
   memset(&a, 0, sizeof a);
   a.q = FAKE(0x100000000ull);
-  a.num_tokens = 1;
-  a.num_heads = 16;
+  a.num_tokens = tokens;
+  a.num_heads = heads;
   a.kv_cache = FAKE(0x200000000ull);
-  a.kv_format = DSA_KV_FP8_PACKED;
+  a.kv_format = fmt;
   a.num_slots = 1 << 20;
+  a.kv_stride = 576;
   a.indices = FAKE(0x300000000ull);
   a.indices_stride = 2048;
   a.topk = 2048;
   a.softmax_scale = 0.0625f;
   a.out = FAKE(0x400000000ull);
+  return a;
+}
+
+/* dsa_sparse_mla through the stub launchers on `sms` SMs with the workspace its query reports
+ * (returned in *bound); the plan it launched is in g_dsa_stub. */
+static dsa_status mla_call(const dsa_sparse_mla_args *a, int sms, size_t *bound) {
+  *bound = 0;
+  dsa_sparse_mla_workspace_size(a, bound);
+  g_dsa_stub.num_sms = sms;
+  dsa_stub_begin_call(FAKE(0x100000000000ull), *bound);
+  return dsa_sparse_mla(a, FAKE(0x100000000000ull), *bound, 0);
+}
+
+/* The attention split plan is made for the current device's SM count. */
+static void test_sm_count(void) {
   /* v1 with 1 token, v2 with 64 tokens x 16 heads (each forced through DSA_MLA_KERNEL) */
   for (int kernel = 1; kernel >= 0; kernel--) {
     setenv("DSA_MLA_KERNEL", kernel == 1 ? "v1" : "v2", 1);
-    a.num_tokens = kernel == 1 ? 1 : 64;
-    size_t bound = 0;
-    dsa_sparse_mla_workspace_size(&a, &bound);
+    const dsa_sparse_mla_args a = mla_args(kernel == 1 ? 1 : 64, 16, DSA_KV_FP8_PACKED);
     int splits[3];
     const int sms[3] = {132, 78, 16};
     for (int i = 0; i < 3; i++) {
-      g_dsa_stub.num_sms = sms[i];
-      dsa_stub_begin_call(FAKE(0x100000000000ull), bound);
-      const dsa_status st = dsa_sparse_mla(&a, FAKE(0x100000000000ull), bound, 0);
+      size_t bound;
+      const dsa_status st = mla_call(&a, sms[i], &bound);
       splits[i] = g_dsa_stub.mla_splits;
       char name[128];
       snprintf(name, sizeof name, "attention plan (v%d) on %d SMs fits the queried workspace", 2 - kernel, sms[i]);
@@ -207,17 +220,6 @@ static void test_sm_count(void) {
  * >= 32 tokens, at most two waves of 32-head CTAs), DSA_MLA_KERNEL overriding it; v2 plans take
  * no workspace even when they split. */
 static void test_mla_kernel_choice(void) {
-  dsa_sparse_mla_args a;
-  memset(&a, 0, sizeof a);
-  a.q = FAKE(0x100000000ull);
-  a.kv_cache = FAKE(0x200000000ull);
-  a.num_slots = 1 << 20;
-  a.kv_stride = 576;
-  a.indices = FAKE(0x300000000ull);
-  a.indices_stride = 2048;
-  a.topk = 2048;
-  a.softmax_scale = 0.0625f;
-  a.out = FAKE(0x400000000ull);
   static const struct {
     int tokens, heads, fp8, sms, want_v2;
   } cases[] = {
@@ -227,14 +229,10 @@ static void test_mla_kernel_choice(void) {
   };
   unsetenv("DSA_MLA_KERNEL");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    a.num_tokens = cases[i].tokens;
-    a.num_heads = cases[i].heads;
-    a.kv_format = cases[i].fp8 ? DSA_KV_FP8_PACKED : DSA_KV_BF16;
-    g_dsa_stub.num_sms = cases[i].sms;
-    size_t bound = 0;
-    dsa_sparse_mla_workspace_size(&a, &bound);
-    dsa_stub_begin_call(FAKE(0x100000000000ull), bound);
-    const dsa_status st = dsa_sparse_mla(&a, FAKE(0x100000000000ull), bound, 0);
+    const dsa_sparse_mla_args a =
+        mla_args(cases[i].tokens, cases[i].heads, cases[i].fp8 ? DSA_KV_FP8_PACKED : DSA_KV_BF16);
+    size_t bound;
+    const dsa_status st = mla_call(&a, cases[i].sms, &bound);
     char name[160];
     snprintf(name, sizeof name, "attention kernel for %d tokens x %d heads, %s KV, %d SMs: v%d", cases[i].tokens,
              cases[i].heads, cases[i].fp8 ? "FP8" : "bf16", cases[i].sms, cases[i].want_v2 ? 2 : 1);
@@ -243,16 +241,11 @@ static void test_mla_kernel_choice(void) {
           st, got_v2 ? 2 : 1);
   }
   /* overrides, and no workspace for a split v2 plan (1 token x 16 heads: a cluster of 8) */
-  a.num_tokens = 1;
-  a.num_heads = 16;
-  a.kv_format = DSA_KV_FP8_PACKED;
-  g_dsa_stub.num_sms = 132;
+  const dsa_sparse_mla_args a = mla_args(1, 16, DSA_KV_FP8_PACKED);
   for (int v = 1; v <= 2; v++) {
     setenv("DSA_MLA_KERNEL", v == 1 ? "v1" : "v2", 1);
-    size_t bound = 0;
-    dsa_sparse_mla_workspace_size(&a, &bound);
-    dsa_stub_begin_call(FAKE(0x100000000000ull), bound);
-    const dsa_status st = dsa_sparse_mla(&a, FAKE(0x100000000000ull), bound, 0);
+    size_t bound;
+    const dsa_status st = mla_call(&a, 132, &bound);
     const int got = g_dsa_stub.mla_kernel;
     check(st == DSA_OK && got == v && g_dsa_stub.mla_splits > 1 && (v == 1) == (g_dsa_stub.mla_need > 0),
           v == 1 ? "DSA_MLA_KERNEL=v1 forces v1 (split partials in the workspace)"
@@ -260,6 +253,7 @@ static void test_mla_kernel_choice(void) {
           "status %lld, got v%lld", st, got);
   }
   unsetenv("DSA_MLA_KERNEL");
+  g_dsa_stub.num_sms = 132;
 }
 
 /* No device / a non-sm_90 device / a launch failure: clear statuses, messages naming the call. */
