@@ -32,7 +32,12 @@ set_tests_properties(dsa.gpu_v2 PROPERTIES ENVIRONMENT "DSA_MLA_KERNEL=v2;DSA_TE
 add_test(NAME dsa.gpu_garbage COMMAND test_gpu_garbage)
 add_test(NAME dsa.gpu_garbage_v2 COMMAND test_gpu_garbage)
 set_tests_properties(dsa.gpu_garbage_v2 PROPERTIES ENVIRONMENT "DSA_MLA_KERNEL=v2;DSA_TEST_ONLY=attention")
-set_tests_properties(dsa.gpu dsa.gpu_v1 dsa.gpu_v2 dsa.gpu_garbage dsa.gpu_garbage_v2 PROPERTIES SKIP_RETURN_CODE 77)
+add_test(NAME dsa.gpu_v3 COMMAND test_gpu)
+set_tests_properties(dsa.gpu_v3 PROPERTIES ENVIRONMENT "DSA_MLA_KERNEL=v3;DSA_TEST_ONLY=MLA")
+add_test(NAME dsa.gpu_garbage_v3 COMMAND test_gpu_garbage)
+set_tests_properties(dsa.gpu_garbage_v3 PROPERTIES ENVIRONMENT "DSA_MLA_KERNEL=v3;DSA_TEST_ONLY=attention")
+set_tests_properties(dsa.gpu dsa.gpu_v1 dsa.gpu_v2 dsa.gpu_v3 dsa.gpu_garbage dsa.gpu_garbage_v2 dsa.gpu_garbage_v3
+                     PROPERTIES SKIP_RETURN_CODE 77)
 
 # ---- Host-layer tests that run without a GPU, under AddressSanitizer + UndefinedBehaviorSanitizer ----
 include(CheckCSourceCompiles)

@@ -257,10 +257,13 @@ DSA_API dsa_status dsa_topk(const dsa_topk_args *args, void *workspace, size_t w
  * Workspace: split partials for small batches only (fewer tokens x head groups than SMs): at most
  * 2 x 132 CTAs x 16..64 heads x 2 KiB, ~35 MiB; 0 for larger batches. The size query
  * needs no device and holds for every sm_90 part.
- * Two kernels compute this (same contract, results within the tolerances, each deterministic): v1
- * (mma.sync) and v2 (wgmma, splits merged inside a thread-block cluster, no workspace); the library
- * picks the one measured faster for the shape (docs/PERF.md). The environment variable
- * DSA_MLA_KERNEL=v1 or =v2 forces one, for comparisons and bisecting.
+ * Three kernels compute this (same contract, results within the tolerances, each deterministic):
+ * v1 (mma.sync), v2 (wgmma, KV rows as M, splits merged inside a thread-block cluster, no workspace)
+ * and v3 (wgmma, 64 heads as M, one CTA per token and 64 heads, no workspace; packed FP8 rows are
+ * computed in f16 after per-row power-of-two scaling, so a 128-value group more than 2^14 times
+ * smaller than its row's largest loses relative precision); the library picks the one measured
+ * faster for the shape (docs/PERF.md). The environment variable DSA_MLA_KERNEL=v1, =v2 or =v3
+ * forces one, for comparisons and bisecting.
  */
 typedef struct {
   const void *q;            /* [num_tokens, num_heads, 576] bf16, contiguous, 16-B aligned */

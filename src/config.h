@@ -23,9 +23,14 @@
 #define TK_CAND_CAP 32768       /* candidates kept per row (positions, in the workspace) */
 #define TK_HDR (TK_BINS + 8)    /* uint32 per row: histogram + the row's counters */
 
-/* ---- sparse MLA (sparse_mla.cu) ---- */
+/* ---- sparse MLA (sparse_mla/) ---- */
 #define MLA_BLOCK_N 64          /* index entries per chunk (and per split block) */
 #define MLA_OUT_DIM 512         /* = DSA_MLA_V_DIM */
+/* v3 (64 heads a CTA, no splits) runs for more than 32 heads once tokens x ceil(heads / 64) >=
+ * SMs x NUM / DEN: on the H200 (132 SMs) 32 such CTAs lost to v1/v2 and 64 won (docs/PERF.md) */
+#define MLA_V3_MIN_HEADS 33
+#define MLA_V3_MIN_UNITS_NUM 4
+#define MLA_V3_MIN_UNITS_DEN 9
 /* The split plan shapes work for at most this many SMs (every sm_90 part has <= 132); the
  * workspace size query assumes it, so a workspace sized once fits every sm_90 device. */
 #define DSA_PLAN_MAX_SMS 132

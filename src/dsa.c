@@ -575,12 +575,13 @@ static dsa_status check_mla(const char *fn, const dsa_sparse_mla_args *a, int ne
   return DSA_OK;
 }
 
-/* Which attention kernel: DSA_MLA_KERNEL=v1 or v2 forces one (comparisons, tests, bisecting);
+/* Which attention kernel: DSA_MLA_KERNEL=v1, v2 or v3 forces one (comparisons, tests, bisecting);
  * otherwise the one measured faster for the shape (dsa_mla_choose_kernel, plan.c). */
 static int mla_kernel_choice(const dsa_sparse_mla_args *a, int sms) {
   const char *e = getenv("DSA_MLA_KERNEL");
   if (e && strcmp(e, "v1") == 0) return DSA_MLA_KERNEL_MMA;
   if (e && strcmp(e, "v2") == 0) return DSA_MLA_KERNEL_SM90;
+  if (e && strcmp(e, "v3") == 0) return DSA_MLA_KERNEL_V3;
   return dsa_mla_choose_kernel(a, sms);
 }
 

@@ -35,20 +35,22 @@ const char *dsa_cuda_error_string(int err);
 /* ---- plan.c: host-only planning shared by the real launchers and the stubs ---- */
 /* Sparse MLA: one CTA per (token, head group of 16*mt heads, split of the index list). */
 typedef enum {
-  DSA_MLA_KERNEL_MMA = 0,   /* v1, sparse_mla.cu: mma.sync, split partials + combine kernel */
-  DSA_MLA_KERNEL_SM90 = 1   /* v2, sparse_mla_sm90.cu: wgmma, splits merged in a cluster */
+  DSA_MLA_KERNEL_MMA = 0,   /* v1, sparse_mla/v1_mma.cu: mma.sync, split partials + combine kernel */
+  DSA_MLA_KERNEL_SM90 = 1,  /* v2, sparse_mla/v2_sm90.cu: wgmma, rows as M, splits merged in a cluster */
+  DSA_MLA_KERNEL_V3 = 2     /* v3, sparse_mla/v3_sm90.cu: wgmma, 64 heads as M, no splits */
 } dsa_mla_kernel;
 typedef struct {
   int kernel;           /* dsa_mla_kernel */
-  int mt;               /* heads per CTA / 16: v1 1, 2 or 4; v2 1 or 2 */
+  int mt;               /* heads per CTA / 16: v1 1, 2 or 4; v2 1 or 2; v3 4 */
   int groups;           /* head groups per token */
   int num_blocks;       /* MLA_BLOCK_N-entry blocks of topk */
   int splits;           /* CTAs per (token, group); v1: > 1 needs the workspace and a combine;
-                           v2: the cluster size (<= 8), no workspace */
+                           v2: the cluster size (<= 8), no workspace; v3: 1 */
   int blocks_per_split;
 } dsa_mla_plan;
-/* The version measured faster for a shape on the H200 (docs/PERF.md, 2026-11-30): v2 for packed
- * FP8 KV, <= 64 heads, >= 32 tokens and at most two waves of v2 CTAs; v1 elsewhere. */
+/* The version measured faster for a shape on the H200 (docs/PERF.md, 2026-11-30): v3 for > 32 heads
+ * once tokens x ceil(heads / 64) >= 4/9 of the SMs; else v2 for packed FP8 KV, <= 64 heads, >= 32
+ * tokens and at most two waves of v2 CTAs; v1 elsewhere. */
 int dsa_mla_choose_kernel(const dsa_sparse_mla_args *a, int num_sms);
 /* kernel: which version to plan for. */
 dsa_mla_plan dsa_mla_make_plan(const dsa_sparse_mla_args *a, int num_sms, int kernel);
@@ -67,11 +69,13 @@ typedef struct {
 } dsa_topk_layout;
 dsa_topk_layout dsa_topk_ws_layout(int num_rows);
 
-/* ---- sparse_mla.cu ---- */
+/* ---- sparse_mla/: launch.cu runs a plan on its kernel (v2 -> v1 when no cluster can be formed) ---- */
 int dsa_sparse_mla_launch(const dsa_sparse_mla_args *a, const dsa_mla_plan *plan, void *workspace,
                           cudaStream_t stream);
-/* ---- sparse_mla_sm90.cu (called by dsa_sparse_mla_launch for v2 plans) ---- */
-int dsa_sparse_mla_sm90_launch(const dsa_sparse_mla_args *a, const dsa_mla_plan *plan, cudaStream_t stream);
+int dsa_sparse_mla_v1_launch(const dsa_sparse_mla_args *a, const dsa_mla_plan *plan, void *workspace,
+                             cudaStream_t stream);
+int dsa_sparse_mla_v2_launch(const dsa_sparse_mla_args *a, const dsa_mla_plan *plan, cudaStream_t stream);
+int dsa_sparse_mla_v3_launch(const dsa_sparse_mla_args *a, const dsa_mla_plan *plan, cudaStream_t stream);
 
 /* ---- cache_store.cu ---- */
 int dsa_index_k_store_launch(const dsa_index_k_store_args *a, cudaStream_t stream);

@@ -52,8 +52,26 @@ static dsa_mla_plan mla_plan_sm90(const dsa_sparse_mla_args *a, int num_sms) {
   return pl;
 }
 
+/* v3: one CTA per (token, 64 heads), the whole index list, no workspace. */
+static dsa_mla_plan mla_plan_v3(const dsa_sparse_mla_args *a) {
+  dsa_mla_plan pl;
+  pl.kernel = DSA_MLA_KERNEL_V3;
+  pl.mt = 4;
+  pl.groups = (a->num_heads + 63) / 64;
+  pl.num_blocks = (a->topk + MLA_BLOCK_N - 1) / MLA_BLOCK_N;
+  pl.splits = 1;
+  pl.blocks_per_split = pl.num_blocks;
+  return pl;
+}
+
 int dsa_mla_choose_kernel(const dsa_sparse_mla_args *a, int num_sms) {
   if (num_sms < 1) num_sms = 1;
+  /* v3 once its (token, 64-head) CTAs fill about half the device; below 33 heads its 64-head tile
+   * is mostly padding and v2 measured faster */
+  const int64_t units_v3 = (int64_t)a->num_tokens * ((a->num_heads + 63) / 64);
+  if (a->num_heads >= MLA_V3_MIN_HEADS &&
+      units_v3 * MLA_V3_MIN_UNITS_DEN >= (int64_t)num_sms * MLA_V3_MIN_UNITS_NUM)
+    return DSA_MLA_KERNEL_V3;
   const int64_t groups = (a->num_heads + 31) / 32;
   if (a->kv_format == DSA_KV_FP8_PACKED && a->num_heads <= 64 && a->num_tokens >= 32 &&
       (int64_t)a->num_tokens * groups <= 2 * (int64_t)num_sms)
@@ -67,6 +85,7 @@ int dsa_mla_choose_kernel(const dsa_sparse_mla_args *a, int num_sms) {
  * those, the fewest waves x (blocks per split + 1) (+1 for the combine). */
 dsa_mla_plan dsa_mla_make_plan(const dsa_sparse_mla_args *a, int num_sms, int kernel) {
   if (kernel == DSA_MLA_KERNEL_SM90) return mla_plan_sm90(a, num_sms);
+  if (kernel == DSA_MLA_KERNEL_V3) return mla_plan_v3(a);
   dsa_mla_plan pl;
   const int H = a->num_heads;
   pl.kernel = DSA_MLA_KERNEL_MMA;
@@ -103,7 +122,7 @@ static size_t mla_split_bytes(const dsa_sparse_mla_args *a, int64_t splits) {
 }
 
 size_t dsa_mla_plan_workspace(const dsa_sparse_mla_args *a, const dsa_mla_plan *pl) {
-  if (a->num_tokens <= 0 || pl->splits <= 1 || pl->kernel == DSA_MLA_KERNEL_SM90) return 0;
+  if (a->num_tokens <= 0 || pl->splits <= 1 || pl->kernel != DSA_MLA_KERNEL_MMA) return 0;
   return mla_split_bytes(a, pl->splits);
 }
 
@@ -111,7 +130,7 @@ size_t dsa_mla_plan_workspace(const dsa_sparse_mla_args *a, const dsa_mla_plan *
  * 2 s / units (and num_blocks) pieces: that many splits is an upper bound for every device. */
 size_t dsa_mla_workspace_bound(const dsa_sparse_mla_args *a) {
   if (a->num_tokens <= 0) return 0;
-  const dsa_mla_plan pl = dsa_mla_make_plan(a, DSA_PLAN_MAX_SMS, DSA_MLA_KERNEL_MMA); /* v2 needs none */
+  const dsa_mla_plan pl = dsa_mla_make_plan(a, DSA_PLAN_MAX_SMS, DSA_MLA_KERNEL_MMA); /* v2, v3 need none */
   const int64_t units = (int64_t)a->num_tokens * pl.groups;
   if (units >= DSA_PLAN_MAX_SMS) return 0;
   int64_t splits = 2 * DSA_PLAN_MAX_SMS / units;

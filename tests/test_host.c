@@ -216,16 +216,20 @@ static void test_sm_count(void) {
   g_dsa_stub.num_sms = 132;
 }
 
-/* Which attention kernel a call runs: the per-shape choice (v2 for packed FP8 KV, <= 64 heads,
- * >= 32 tokens, at most two waves of 32-head CTAs), DSA_MLA_KERNEL overriding it; v2 plans take
- * no workspace even when they split. */
+/* Which attention kernel a call runs: the per-shape choice (v3 for > 32 heads once tokens x
+ * ceil(heads / 64) >= 4/9 of the SMs; else v2 for packed FP8 KV, <= 64 heads, >= 32 tokens, at most
+ * two waves of 32-head CTAs; else v1), DSA_MLA_KERNEL overriding it; v2 and v3 plans take no
+ * workspace (v2 even when it splits). */
 static void test_mla_kernel_choice(void) {
   static const struct {
-    int tokens, heads, fp8, sms, want_v2;
+    int tokens, heads, fp8, sms, want;
   } cases[] = {
-      {64, 16, 1, 132, 1},  {64, 64, 1, 132, 1},  {128, 64, 1, 132, 1}, {1, 16, 1, 132, 0},
-      {31, 16, 1, 132, 0},  {32, 16, 1, 132, 1},  {64, 128, 1, 132, 0}, {256, 64, 1, 132, 0},
-      {264, 32, 1, 132, 1}, {265, 32, 1, 132, 0}, {64, 16, 0, 132, 0},  {64, 16, 1, 16, 0},
+      {64, 16, 1, 132, 2},  {32, 64, 1, 132, 2},  {58, 64, 1, 132, 2},  {59, 64, 1, 132, 3},
+      {64, 64, 1, 132, 3},  {64, 64, 0, 132, 3},  {1, 16, 1, 132, 1},   {31, 16, 1, 132, 1},
+      {32, 16, 1, 132, 2},  {16, 128, 1, 132, 1}, {29, 128, 1, 132, 1}, {30, 128, 1, 132, 3},
+      {256, 64, 1, 132, 3}, {4096, 128, 0, 132, 3}, {264, 32, 1, 132, 2}, {265, 32, 1, 132, 1},
+      {1000, 32, 0, 132, 1}, {64, 16, 0, 132, 1}, {64, 16, 1, 16, 1},  {8, 64, 1, 16, 3},
+      {1, 128, 0, 132, 1},
   };
   unsetenv("DSA_MLA_KERNEL");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -235,22 +239,23 @@ static void test_mla_kernel_choice(void) {
     const dsa_status st = mla_call(&a, cases[i].sms, &bound);
     char name[160];
     snprintf(name, sizeof name, "attention kernel for %d tokens x %d heads, %s KV, %d SMs: v%d", cases[i].tokens,
-             cases[i].heads, cases[i].fp8 ? "FP8" : "bf16", cases[i].sms, cases[i].want_v2 ? 2 : 1);
-    const int got_v2 = g_dsa_stub.mla_kernel == 2;
-    check(st == DSA_OK && g_dsa_stub.violations == 0 && got_v2 == cases[i].want_v2, name, "status %lld, got v%lld",
-          st, got_v2 ? 2 : 1);
+             cases[i].heads, cases[i].fp8 ? "FP8" : "bf16", cases[i].sms, cases[i].want);
+    const int got = g_dsa_stub.mla_kernel;
+    check(st == DSA_OK && g_dsa_stub.violations == 0 && got == cases[i].want, name, "status %lld, got v%lld", st,
+          got);
   }
-  /* overrides, and no workspace for a split v2 plan (1 token x 16 heads: a cluster of 8) */
+  /* overrides, and no workspace for a split v2 plan (1 token x 16 heads: a cluster of 8) or v3 */
   const dsa_sparse_mla_args a = mla_args(1, 16, DSA_KV_FP8_PACKED);
-  for (int v = 1; v <= 2; v++) {
-    setenv("DSA_MLA_KERNEL", v == 1 ? "v1" : "v2", 1);
+  static const char *const names[3] = {"DSA_MLA_KERNEL=v1 forces v1 (split partials in the workspace)",
+                                       "DSA_MLA_KERNEL=v2 forces v2 (a cluster of splits, no workspace)",
+                                       "DSA_MLA_KERNEL=v3 forces v3 (one CTA a token, no workspace)"};
+  for (int v = 1; v <= 3; v++) {
+    setenv("DSA_MLA_KERNEL", v == 1 ? "v1" : v == 2 ? "v2" : "v3", 1);
     size_t bound;
     const dsa_status st = mla_call(&a, 132, &bound);
     const int got = g_dsa_stub.mla_kernel;
-    check(st == DSA_OK && got == v && g_dsa_stub.mla_splits > 1 && (v == 1) == (g_dsa_stub.mla_need > 0),
-          v == 1 ? "DSA_MLA_KERNEL=v1 forces v1 (split partials in the workspace)"
-                 : "DSA_MLA_KERNEL=v2 forces v2 (a cluster of splits, no workspace)",
-          "status %lld, got v%lld", st, got);
+    check(st == DSA_OK && got == v && (v == 3) == (g_dsa_stub.mla_splits == 1) && (v == 1) == (g_dsa_stub.mla_need > 0),
+          names[v - 1], "status %lld, got v%lld", st, got);
   }
   unsetenv("DSA_MLA_KERNEL");
   g_dsa_stub.num_sms = 132;

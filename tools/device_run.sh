@@ -11,8 +11,8 @@
 #   all       test, python, then bench
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck, initcheck (or the tools named) over
 #             both GPU test programs; one summary line per tool
-#   dev       the development aids: dsa-sm90-microbench, dsa-trace-mla, dsa-dev-mla-v3 (64 and 128
-#             heads), and the v1/v2 attention crossover (dsa-bench attn --batches, each kernel forced)
+#   dev       the development aids: dsa-sm90-microbench, dsa-trace-mla, dsa-mla-v3-modes, and the
+#             attention crossover (dsa-bench attn --batches at 16 / 64 / 128 heads, each kernel forced)
 set -uo pipefail
 OUT=${OUT:-/tmp/dsa-out}
 mkdir -p "$OUT"
@@ -79,17 +79,17 @@ fi
 
 if [ "$what" = dev ]; then
   "$B/dsa-sm90-microbench" >"$OUT/microbench.log" 2>&1 || rc=$?
-  cat "$OUT/microbench.log"
+  tail -n 4 "$OUT/microbench.log"
   "$B/dsa-trace-mla" >"$OUT/trace-mla.log" 2>&1 || rc=$?
-  tail -n 30 "$OUT/trace-mla.log"
-  for h in 64 128; do
-    timeout 300 "$B/dsa-dev-mla-v3" 16 $h 2048 4096 >"$OUT/dev-mla-v3-h$h.log" 2>&1 || rc=$?
-    cat "$OUT/dev-mla-v3-h$h.log"
-  done
-  for k in v1 v2; do
-    DSA_MLA_KERNEL=$k "$B/dsa-bench" attn --kv fp8 --heads 16 --batches 1,2,4,8,16,32,64,128 \
-      --json "$OUT/attn-crossover-$k.json" >"$OUT/attn-crossover-$k.log" 2>&1 || rc=$?
-    sed -n '/== sparse/,$p' "$OUT/attn-crossover-$k.log" | grep -v "^%" | sed "s/^/$k /"
+  timeout 120 "$B/dsa-mla-v3-modes" >"$OUT/mla-v3-modes.log" 2>&1 || rc=$?
+  cat "$OUT/mla-v3-modes.log"
+  # attention crossover: decode batches, each kernel forced, FP8 KV, 16 / 64 / 128 heads
+  for h in 16 64 128; do
+    for k in v1 v2 v3; do
+      DSA_MLA_KERNEL=$k timeout 120 "$B/dsa-bench" attn --kv fp8 --heads $h --batches 1,2,4,8,16,32,64,128,256 \
+        --json "$OUT/attn-crossover-h$h-$k.json" >"$OUT/attn-crossover-h$h-$k.log" 2>&1 || rc=$?
+      sed -n '/== sparse/,$p' "$OUT/attn-crossover-h$h-$k.log" | grep -v "^%" | grep "decode" | awk -v k=$k '{print k, $0}'
+    done
   done
 fi
 

@@ -1,5 +1,5 @@
 /*
- * trace_mla_v2.cu — where one CTA of the v2 attention kernel (sparse_mla_sm90.cu) spends its time.
+ * trace_mla_v2.cu — where one CTA of the v2 attention kernel (sparse_mla/v2_sm90.cu) spends its time.
  * Builds that kernel with DSA_V2_TRACE = 0: thread 0 of each warpgroup of CTA 0 stores clock64()
  * at the phase boundaries (consumer: chunk landed, QK done, P^T stored, PV done; producer: buffer
  * free, halves stored, chunk published; then the cluster merge). Prints SM cycles since kernel
@@ -7,7 +7,7 @@
  * Usage: dsa-trace-mla   (on the GPU machine; ~5 s)
  */
 #define DSA_V2_TRACE 0
-#include "sparse_mla_sm90.cu"
+#include "v2_sm90.cu"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,9 +77,9 @@ static void trace(int T, int H, int splits, const char *name) {
   pl.num_blocks = nblk;
   pl.splits = splits;
   pl.blocks_per_split = nblk / splits;
-  for (int i = 0; i < 3; ++i) CK((cudaError_t)dsa_sparse_mla_sm90_launch(&a, &pl, 0));
+  for (int i = 0; i < 3; ++i) CK((cudaError_t)dsa_sparse_mla_v2_launch(&a, &pl, 0));
   CK(cudaDeviceSynchronize());
-  CK((cudaError_t)dsa_sparse_mla_sm90_launch(&a, &pl, 0)); /* the traced one, alone */
+  CK((cudaError_t)dsa_sparse_mla_v2_launch(&a, &pl, 0)); /* the traced one, alone */
   CK(cudaDeviceSynchronize());
   long long tr[512];
   CK(cudaMemcpyFromSymbol(tr, g_v2_trace, sizeof tr));

@@ -206,8 +206,11 @@ int dsa_sparse_mla_launch(const dsa_sparse_mla_args *a, const dsa_mla_plan *pl, 
           "mla indices / lens / lse alignment");
   REQUIRE(a->kv_format == DSA_KV_FP8_PACKED || (a->kv_stride >= DSA_MLA_QK_DIM && a->kv_stride % 8 == 0),
           "mla kv_stride %lld", (long long)a->kv_stride);
-  REQUIRE(pl->kernel == DSA_MLA_KERNEL_MMA || pl->kernel == DSA_MLA_KERNEL_SM90, "mla plan kernel %d", pl->kernel);
-  REQUIRE(pl->mt == 1 || pl->mt == 2 || (pl->mt == 4 && pl->kernel == DSA_MLA_KERNEL_MMA), "mla plan mt %d", pl->mt);
+  REQUIRE(pl->kernel == DSA_MLA_KERNEL_MMA || pl->kernel == DSA_MLA_KERNEL_SM90 || pl->kernel == DSA_MLA_KERNEL_V3,
+          "mla plan kernel %d", pl->kernel);
+  REQUIRE(pl->kernel == DSA_MLA_KERNEL_V3 ? pl->mt == 4 && pl->splits == 1
+                                         : pl->mt == 1 || pl->mt == 2 || (pl->mt == 4 && pl->kernel == DSA_MLA_KERNEL_MMA),
+          "mla plan mt %d", pl->mt);
   REQUIRE(pl->kernel != DSA_MLA_KERNEL_SM90 || pl->splits == 1 || pl->splits == 2 || pl->splits == 4 ||
               pl->splits == 8,
           "mla v2 cluster of %d", pl->splits);
@@ -226,7 +229,7 @@ int dsa_sparse_mla_launch(const dsa_sparse_mla_args *a, const dsa_mla_plan *pl, 
   s->mla_tokens += a->num_tokens;
   s->mla_splits = pl->splits;
   s->mla_need = need;
-  s->mla_kernel = pl->kernel == DSA_MLA_KERNEL_SM90 ? 2 : 1;
+  s->mla_kernel = pl->kernel == DSA_MLA_KERNEL_V3 ? 3 : pl->kernel == DSA_MLA_KERNEL_SM90 ? 2 : 1;
   return 0;
 }
 

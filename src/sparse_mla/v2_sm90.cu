@@ -1,7 +1,7 @@
 /*
- * sparse_mla_sm90.cu — sparse MLA attention forward on Hopper tensor cores (wgmma), v2.
+ * v2_sm90.cu — sparse MLA attention forward on Hopper tensor cores (wgmma), v2: rows as M.
  *
- * Math (as sparse_mla.cu), per token t and head h over the valid entries i of indices[t]:
+ * Math (as v1_mma.cu), per token t and head h over the valid entries i of indices[t]:
  *   s_i = softmax_scale * q[t,h,0:576] . k_idx[0:576],  out[t,h] = softmax(s) . v (v = k[0:512]),
  *   lse[t,h] = m + ln(sum exp(s_i - m)); no valid entry: out = 0, lse = -inf.
  *
@@ -754,8 +754,8 @@ static cudaError_t v2_launch(mla_v2_params prm, int64_t num_tokens, cudaStream_t
   return cudaSuccess;
 }
 
-extern "C" int dsa_sparse_mla_sm90_launch(const dsa_sparse_mla_args *a, const dsa_mla_plan *pl,
-                                          cudaStream_t stream) {
+extern "C" int dsa_sparse_mla_v2_launch(const dsa_sparse_mla_args *a, const dsa_mla_plan *pl,
+                                        cudaStream_t stream) {
   if (a->num_tokens <= 0) return 0;
   mla_v2_params prm;
   prm.q = (const __nv_bfloat16 *)a->q;

@@ -1,5 +1,5 @@
 /*
- * sparse_mla.cu — sparse MLA attention forward (decode and prefill are the same call).
+ * v1_mma.cu — sparse MLA attention forward, v1 (mma.sync); decode and prefill are the same call.
  *
  * Math, per token t and head h, over the entries i < topk of indices[t] that are valid
  * (0 <= idx < num_slots, and i < lens[t] when lens is given):
@@ -619,21 +619,9 @@ static cudaError_t mla_launch_fwd(mla_fwd_params prm, int64_t num_tokens, cudaSt
   return cudaSuccess;
 }
 
-extern "C" int dsa_sparse_mla_launch(const dsa_sparse_mla_args *a, const dsa_mla_plan *pl,
-                                     void *workspace, cudaStream_t stream) {
+extern "C" int dsa_sparse_mla_v1_launch(const dsa_sparse_mla_args *a, const dsa_mla_plan *pl,
+                                        void *workspace, cudaStream_t stream) {
   if (a->num_tokens <= 0) return 0;
-  if (pl->kernel == DSA_MLA_KERNEL_SM90) {
-    const int err = dsa_sparse_mla_sm90_launch(a, pl, stream);
-    /* A cluster the device cannot form ("cluster misconfiguration", e.g. a partitioned GPU with
-     * small GPCs; not seen on a whole H200, so this path is untested): the same call on v1,
-     * whose workspace is the one the caller sized. */
-    if (err != (int)cudaErrorInvalidClusterSize) return err;
-    dsa_device_info info;
-    const int qerr = dsa_device_query(&info);
-    if (qerr != 0) return qerr;
-    const dsa_mla_plan v1 = dsa_mla_make_plan(a, info.num_sms, DSA_MLA_KERNEL_MMA);
-    return dsa_sparse_mla_launch(a, &v1, workspace, stream);
-  }
   const bool fp8 = a->kv_format == DSA_KV_FP8_PACKED;
 
   mla_fwd_params prm;

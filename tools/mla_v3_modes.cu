@@ -1,0 +1,115 @@
+/*
+ * mla_v3_modes.cu — where the v3 attention kernel (sparse_mla/v3_sm90.cu) spends its time, by
+ * leaving work out: built with DSA_V3_MODES, the kernel can skip its row loads (mode 1: the producer
+ * only publishes; FP8 still converts zeros) or its MMAs and softmax (mode 2: the consumers only
+ * release tiles). Times each mode for a few shapes (events around 20 back-to-back launches, hot L2,
+ * every index entry valid, random data; no check: the tests do that).
+ * Usage: dsa-mla-v3-modes   (on the GPU machine; ~10 s)
+ */
+#define DSA_V3_MODES 1
+#include "v3_sm90.cu"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CK(x)                                                                                \
+  do {                                                                                       \
+    cudaError_t e_ = (cudaError_t)(x);                                                       \
+    if (e_ != cudaSuccess) {                                                                 \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));   \
+      exit(1);                                                                               \
+    }                                                                                        \
+  } while (0)
+
+static uint32_t lcg(uint64_t *s) {
+  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+  return (uint32_t)(*s >> 33);
+}
+
+static void run(int fp8, int T, int H) {
+  const int64_t S = 20000;
+  const int topk = 2048;
+  uint64_t seed = 7;
+  const size_t row = fp8 ? 656 : 1152, kv_bytes = (size_t)S * row;
+  uint8_t *kv = (uint8_t *)malloc(kv_bytes);
+  for (int64_t r = 0; r < S; ++r) {
+    uint8_t *p = kv + r * row;
+    if (fp8) {
+      for (int i = 0; i < 512; ++i) p[i] = (uint8_t)(lcg(&seed) & 0x77); /* finite e4m3 */
+      const float sc[4] = {0.01f, 0.02f, 0.03f, 0.04f};
+      memcpy(p + 512, sc, 16);
+      for (int i = 0; i < 64; ++i) ((uint16_t *)(p + 528))[i] = (uint16_t)(0x3c00 + (lcg(&seed) & 0xff));
+    } else {
+      for (int i = 0; i < 576; ++i) ((uint16_t *)p)[i] = (uint16_t)(0x3c00 + (lcg(&seed) & 0xff));
+    }
+  }
+  int32_t *idx = (int32_t *)malloc(4 * (size_t)T * topk);
+  for (size_t i = 0; i < (size_t)T * topk; ++i) idx[i] = (int32_t)(lcg(&seed) % (uint32_t)S);
+  void *dkv, *dq, *didx, *dout;
+  CK(cudaMalloc(&dkv, kv_bytes));
+  CK(cudaMalloc(&dq, 2 * (size_t)T * H * 576));
+  CK(cudaMalloc(&didx, 4 * (size_t)T * topk));
+  CK(cudaMalloc(&dout, 2 * (size_t)T * H * 512));
+  CK(cudaMemcpy(dkv, kv, kv_bytes, cudaMemcpyHostToDevice));
+  CK(cudaMemset(dq, 0x3C, 2 * (size_t)T * H * 576)); /* bf16 0x3C3C ~ 0.0115 */
+  CK(cudaMemcpy(didx, idx, 4 * (size_t)T * topk, cudaMemcpyHostToDevice));
+  dsa_sparse_mla_args a;
+  memset(&a, 0, sizeof a);
+  a.q = dq;
+  a.num_tokens = T;
+  a.num_heads = H;
+  a.kv_cache = dkv;
+  a.kv_format = fp8 ? DSA_KV_FP8_PACKED : DSA_KV_BF16;
+  a.num_slots = S;
+  a.kv_stride = 576;
+  a.indices = (const int32_t *)didx;
+  a.indices_stride = topk;
+  a.topk = topk;
+  a.softmax_scale = 0.0625f;
+  a.out = dout;
+  dsa_mla_plan pl; /* what plan.c makes for v3 (not linked here: the kernel is this file's own build) */
+  memset(&pl, 0, sizeof pl);
+  pl.kernel = DSA_MLA_KERNEL_V3;
+  pl.mt = 4;
+  pl.groups = (H + 63) / 64;
+  pl.num_blocks = pl.blocks_per_split = topk / 64;
+  pl.splits = 1;
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  static const char *name[3] = {"full kernel", "no row loads", "no MMA / softmax"};
+  for (int mode = 0; mode < 3; ++mode) {
+    g_v3_mode = mode;
+    for (int i = 0; i < 3; ++i) CK(dsa_sparse_mla_v3_launch(&a, &pl, 0));
+    CK(cudaEventRecord(e0));
+    for (int i = 0; i < 20; ++i) CK(dsa_sparse_mla_v3_launch(&a, &pl, 0));
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0.f;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    const double us = 1000.0 * ms / 20, flop = 2.0 * T * H * (double)topk * (576 + 512);
+    printf("v3 %-4s %5d tokens x %3d heads  %-17s %9.1f us  %6.1f TFLOP/s\n", fp8 ? "fp8" : "bf16", T, H, name[mode], us,
+           flop / us * 1e-6);
+  }
+  CK(cudaFree(dkv));
+  CK(cudaFree(dq));
+  CK(cudaFree(didx));
+  CK(cudaFree(dout));
+  free(kv);
+  free(idx);
+}
+
+int main(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    printf("dsa-mla-v3-modes: no CUDA device\n");
+    return 0;
+  }
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  for (int fp8 = 1; fp8 >= 0; --fp8) {
+    run(fp8, 128, 128);
+    run(fp8, 4096, 128);
+  }
+  return 0;
+}
