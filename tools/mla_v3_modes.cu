@@ -4,6 +4,8 @@
  * only publishes; FP8 still converts zeros) or its MMAs and softmax (mode 2: the consumers only
  * release tiles). Times each mode for a few shapes (events around 20 back-to-back launches, hot L2,
  * every index entry valid, random data; no check: the tests do that).
+ * Then the phase stamps of CTA 0 (V3_STAMP in the kernel) of one more full launch: mean SM cycles
+ * per chunk of each phase over chunks 4..27.
  * Usage: dsa-mla-v3-modes   (on the GPU machine; ~10 s)
  */
 #define DSA_V3_MODES 1
@@ -78,9 +80,12 @@ static void run(int fp8, int T, int H) {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  static const char *name[3] = {"full kernel", "no row loads", "no MMA / softmax"};
-  for (int mode = 0; mode < 3; ++mode) {
-    g_v3_mode = mode;
+  static const struct {
+    int mode;
+    const char *name;
+  } modes[] = {{0, "full kernel"}, {1, "no row loads"}, {2, "no MMA / softmax"}};
+  for (size_t m = 0; m < sizeof modes / sizeof modes[0]; ++m) {
+    g_v3_mode = modes[m].mode;
     for (int i = 0; i < 3; ++i) CK(dsa_sparse_mla_v3_launch(&a, &pl, 0));
     CK(cudaEventRecord(e0));
     for (int i = 0; i < 20; ++i) CK(dsa_sparse_mla_v3_launch(&a, &pl, 0));
@@ -89,8 +94,31 @@ static void run(int fp8, int T, int H) {
     float ms = 0.f;
     CK(cudaEventElapsedTime(&ms, e0, e1));
     const double us = 1000.0 * ms / 20, flop = 2.0 * T * H * (double)topk * (576 + 512);
-    printf("v3 %-4s %5d tokens x %3d heads  %-17s %9.1f us  %6.1f TFLOP/s\n", fp8 ? "fp8" : "bf16", T, H, name[mode], us,
-           flop / us * 1e-6);
+    printf("v3 %-4s %5d tokens x %3d heads  %-19s %9.1f us  %6.1f TFLOP/s\n", fp8 ? "fp8" : "bf16", T, H, modes[m].name,
+           us, flop / us * 1e-6);
+    if (modes[m].mode == 2) continue;
+    /* phase stamps of CTA 0 (the last launch's) */
+    CK(cudaDeviceSynchronize());
+    long long tr[32][11];
+    CK(cudaMemcpyFromSymbol(tr, g_v3_trace, sizeof tr));
+    double d[10] = {0};
+    const int c0 = 4, c1 = 28;
+    for (int c = c0; c < c1; ++c) {
+      d[0] += (double)(tr[c][0] - tr[c - 1][5]); /* wg0: waiting for the tile */
+      d[1] += (double)(tr[c][1] - tr[c][0]);     /* QK */
+      d[2] += (double)(tr[c][2] - tr[c][1]);     /* softmax */
+      d[3] += (double)(tr[c][3] - tr[c][2]);     /* waiting for warpgroup 1 to free P */
+      d[4] += (double)(tr[c][4] - tr[c][3]);     /* P to shared memory */
+      d[5] += (double)(tr[c][5] - tr[c][4]);     /* PV (own half) */
+      d[6] += (double)(tr[c][7] - tr[c][6]);     /* wg1: waiting for P */
+      d[7] += (double)(tr[c][8] - tr[c][7]);     /* wg1: PV */
+      d[8] += (double)(tr[c][10] - tr[c][9]);    /* producer: tile free -> published */
+      d[9] += (double)(tr[c][5] - tr[c - 1][5]); /* wg0: one chunk */
+    }
+    for (int i = 0; i < 10; ++i) d[i] /= (c1 - c0);
+    printf("      CTA 0 cycles/chunk %.0f | wg0 wait tile %.0f, QK %.0f, softmax %.0f, wait P free %.0f, P store %.0f, "
+           "PV %.0f | wg1 wait P %.0f, PV %.0f | producer %.0f\n",
+           d[9], d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8]);
   }
   CK(cudaFree(dkv));
   CK(cudaFree(dq));

@@ -13,9 +13,9 @@
  *                                                        its 256 output dims; A = P, B = the same tile
  *                                                        read MN-major
  * Roles (384 threads): warpgroup 0 runs QK, the online softmax, P to shared memory and PV for dims
- * 0..255 (setmaxnreg 208); warpgroup 1 runs PV for dims 256..511 with the P and alpha warpgroup 0
- * publishes (named barriers 1 "P ready" / 2 "P free"; 3 Q loaded, 4 epilogue, 5 P complete within
- * warpgroup 0); warpgroup 2 gathers rows into a two-tile full/empty mbarrier ring (setmaxnreg 128).
+ * 0..255; warpgroup 1 runs PV for dims 256..511 with the P and alpha warpgroup 0 publishes (named
+ * barriers, bar.sync on both sides: 1 "P ready", 2 "P free", 3 Q loaded, 4 epilogue); warpgroup 2
+ * gathers rows into a two-tile full/empty mbarrier ring. Registers (setmaxnreg): V3_REG_*.
  * Gathers: the 8 lanes of a row cover one 128-byte line of it per instruction (whole L2 lines) and one
  * swizzled 128-byte tile row (conflict-free stores).
  *   bf16 KV   cp.async straight into the tile, one chunk in flight while the consumers work.
@@ -60,6 +60,12 @@
 #define V3_SMEM (V3_SMEM_USED + 1024) /* + slack to align the base to 1 KB (swizzle atoms) */
 static_assert(V3_SMEM <= 227 * 1024, "shared memory");
 #define V3_FP8_ROW 656
+/* setmaxnreg per warpgroup (QK + softmax, PV only, producer): 128 x (sum) <= 384 x 168 = 64512 */
+#define V3_REG_QK(FP8) 208
+#define V3_REG_PV(FP8) ((FP8) ? 168 : 216)
+#define V3_REG_PRODUCER(FP8) ((FP8) ? 128 : 80)
+static_assert(V3_REG_QK(true) + V3_REG_PV(true) + V3_REG_PRODUCER(true) <= 504, "registers");
+static_assert(V3_REG_QK(false) + V3_REG_PV(false) + V3_REG_PRODUCER(false) <= 504, "registers");
 
 typedef struct {
   const __nv_bfloat16 *q; /* [T, H, 576] bf16 */
@@ -76,13 +82,24 @@ typedef struct {
   int num_groups;         /* ceil(H / 64): CTAs per token */
   int64_t token_offset;   /* first token of this launch (grids past 2^31 - 1 CTAs are cut) */
 #ifdef DSA_V3_MODES
-  int mode; /* tools/mla_v3_modes.cu: 0 normal, 1 no row loads, 2 no MMA / softmax */
+  int mode; /* tools/mla_v3_modes.cu, bits: 1 no row loads, 2 no MMA / softmax */
 #endif
 } v3_params;
 #ifdef DSA_V3_MODES
 #define V3_MODE(p) ((p).mode)
+/* clock64 at phase boundaries of CTA 0, chunks < 32 (tools/mla_v3_modes.cu prints them):
+ * 0 full seen, 1 QK done, 2 softmax done, 3 P free, 4 P stored (warpgroup 0), 5 PV done;
+ * 6 full seen, 7 P ready, 8 PV done (warpgroup 1); 9 tile free, 10 chunk published (producer) */
+__device__ long long g_v3_trace[32][11];
+#define V3_STAMP(c, k)                                                                   \
+  do {                                                                                   \
+    if (blockIdx.x == 0 && (threadIdx.x & 127) == 0 && (c) < 32) g_v3_trace[c][k] = clock64(); \
+  } while (0)
 #else
 #define V3_MODE(p) 0
+#define V3_STAMP(c, k) \
+  do {                 \
+  } while (0)
 #endif
 
 
@@ -194,8 +211,9 @@ __device__ __forceinline__ void v3_consumer_qk(const v3_params &p, const v3_ctx 
   for (int c = 0; c < x.n; ++c) {
     const int b = c & 1;
     ptx_mbar_wait(x.bar_full + 8 * b, (c >> 1) & 1);
+    V3_STAMP(c, 0);
     const uint32_t kv_u32 = x.tile_u32 + b * V3_TILE;
-    if (V3_MODE(p) == 2) {
+    if (V3_MODE(p) & 2) {
       ptx_mbar_arrive(x.bar_empty + 8 * b);
       continue;
     }
@@ -209,6 +227,7 @@ __device__ __forceinline__ void v3_consumer_qk(const v3_params &p, const v3_ctx 
       v3_wgmma_n64(FP8 && k < 32, s, dq + 16 * k, dk + (((k >> 2) * V3_SEG + (k & 3) * 32) >> 4), k > 0);
     ptx_wgmma_commit();
     ptx_wgmma_wait<0>();
+    V3_STAMP(c, 1);
     ptx_reg_fence(s);
     ptx_reg_fence(o);
     /* ---- online_softmax: a head row lives in one lane quad ---- */
@@ -254,7 +273,9 @@ __device__ __forceinline__ void v3_consumer_qk(const v3_params &p, const v3_ctx 
         for (int e = 0; e < 4; ++e) s[4 * j + e] = fminf(s[4 * j + e] * colf[8 * j + 2 * qd + (e & 1)], 65504.f);
     }
     /* ---- P (bf16) and alpha to shared memory, for both warpgroups' PV ---- */
+    V3_STAMP(c, 2);
     if (c >= 1) ptx_bar_sync(2, 256); /* warpgroup 1 is done with P(c-1) and alpha(c-1) */
+    V3_STAMP(c, 3);
     {
       const int mi = lane >> 3, ri = lane & 7;
 #pragma unroll
@@ -273,11 +294,12 @@ __device__ __forceinline__ void v3_consumer_qk(const v3_params &p, const v3_ctx 
       x.alpha_s[h0 + 8] = a1;
     }
     ptx_fence_proxy_async_smem();
-    ptx_bar_arrive(1, 256); /* P(c), alpha(c) ready for warpgroup 1 */
-    ptx_bar_sync(5, 128);   /* ... and complete for this warpgroup's own PV */
+    ptx_bar_sync(1, 256); /* P(c), alpha(c) ready for both warpgroups' PV (warpgroup 1 is already waiting) */
+    V3_STAMP(c, 4);
     v3_rescale(o, a0, a1);
     v3_pv_issue<FP8>(o, x.p_u32, kv_u32, 0);
     ptx_wgmma_wait<0>();
+    V3_STAMP(c, 5);
     ptx_reg_fence(o);
     ptx_mbar_arrive(x.bar_empty + 8 * b);
   }
@@ -311,15 +333,20 @@ __device__ __forceinline__ void v3_consumer_pv(const v3_params &p, const v3_ctx 
   for (int c = 0; c < x.n; ++c) {
     const int b = c & 1;
     ptx_mbar_wait(x.bar_full + 8 * b, (c >> 1) & 1);
-    if (V3_MODE(p) != 2) {
+    V3_STAMP(c, 6);
+    if (!(V3_MODE(p) & 2)) {
       ptx_bar_sync(1, 256);
+      V3_STAMP(c, 7);
       v3_rescale(o, x.alpha_s[h0], x.alpha_s[h0 + 8]);
       v3_pv_issue<FP8>(o, x.p_u32, x.tile_u32 + b * V3_TILE, 256);
       ptx_wgmma_wait<0>();
+      V3_STAMP(c, 8);
       ptx_reg_fence(o);
-      if (c + 1 < x.n) ptx_bar_arrive(2, 256); /* done with P(c) and alpha(c) */
     }
     ptx_mbar_arrive(x.bar_empty + 8 * b);
+    /* done with P(c) and alpha(c): warpgroup 0 may write the next ones (both sides bar.sync, so
+     * the hand-off is one a race checker can follow) */
+    if (!(V3_MODE(p) & 2) && c + 1 < x.n) ptx_bar_sync(2, 256);
   }
   ptx_bar_sync(4, 256);
   v3_store_out(p, x, o, h0, qd, 256);
@@ -364,19 +391,20 @@ __global__ void __launch_bounds__(V3_THREADS, 1) mla_v3_kernel(const v3_params p
     const int w = warp - 8, r4 = lane >> 3, pl = lane & 7;
     if (!FP8) {
       /* bf16: warp w (0..3) copies rows 16w + 4q + r4 (q = 0..3) by cp.async, one chunk in flight */
-      ptx_setmaxnreg_dec<128>(); /* 128 x 208 + 128 x 168 + 128 x 128 <= 384 x 168 registers */
+      ptx_setmaxnreg_dec<V3_REG_PRODUCER(false)>();
       int slot[4];
 #pragma unroll
       for (int q = 0; q < 4; ++q) slot[q] = mla_entry_slot(idx_row, 16 * w + 4 * q + r4, end, p.num_slots);
       for (int c = 0; c < n; ++c) {
         const int b = c & 1;
         if (c >= 2) ptx_mbar_wait(bar_empty + 8 * b, ((c >> 1) - 1) & 1);
+        V3_STAMP(c, 9);
         const uint32_t tile = tile_u32 + b * V3_TILE;
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           const int r = 16 * w + 4 * q + r4;
           if (pl == 0) valid_s[b * V3_ROWS + r] = slot[q];
-          if (V3_MODE(p) != 1) {
+          if (!(V3_MODE(p) & 1)) {
             const __nv_bfloat16 *src =
                 (const __nv_bfloat16 *)p.kv + (slot[q] >= 0 ? (int64_t)slot[q] * p.kv_stride : 0) + pl * 8;
 #pragma unroll
@@ -391,6 +419,7 @@ __global__ void __launch_bounds__(V3_THREADS, 1) mla_v3_kernel(const v3_params p
           ptx_cp_async_wait<1>();
           ptx_fence_proxy_async_smem();
           ptx_mbar_arrive(bar_full + 8 * ((c - 1) & 1));
+          V3_STAMP(c - 1, 10);
         }
       }
       if (n > 0) {
@@ -403,7 +432,7 @@ __global__ void __launch_bounds__(V3_THREADS, 1) mla_v3_kernel(const v3_params p
        * four 128-byte lines = its four scale groups; the next chunk's lines wait in registers
        * (loaded as soon as this chunk's are converted) while the consumers work. The tile holds the
        * latent dims in f16 and the rope dims in bf16, both times 2^-K_r. */
-      ptx_setmaxnreg_dec<128>(); /* 128 x 208 + 128 x 168 + 128 x 128 <= 384 x 168 registers */
+      ptx_setmaxnreg_dec<V3_REG_PRODUCER(true)>();
       const uint8_t *kvb = (const uint8_t *)p.kv;
       uint4 pay[4][4];
       float sc[4]; /* lane p holds scale p & 3 of its row; shuffled to the row's lanes when used */
@@ -414,13 +443,14 @@ __global__ void __launch_bounds__(V3_THREADS, 1) mla_v3_kernel(const v3_params p
         const uint8_t *row = kvb + (int64_t)(slot[q] >= 0 ? slot[q] : 0) * V3_FP8_ROW;
 #pragma unroll
         for (int j = 0; j < 4; ++j)
-          pay[q][j] = (slot[q] >= 0 && V3_MODE(p) != 1) ? ptx_ld_nc_v4(row + 128 * j + 16 * pl) : make_uint4(0, 0, 0, 0);
+          pay[q][j] = (slot[q] >= 0 && !(V3_MODE(p) & 1)) ? ptx_ld_nc_v4(row + 128 * j + 16 * pl) : make_uint4(0, 0, 0, 0);
         sc[q] = slot[q] >= 0 ? __ldg((const float *)(row + 512) + (pl & 3)) : 0.f;
         nslot[q] = mla_entry_slot(idx_row, V3_ROWS + 16 * w + 4 * q + r4, end, p.num_slots);
       }
       for (int c = 0; c < n; ++c) {
         const int b = c & 1;
         if (c >= 2) ptx_mbar_wait(bar_empty + 8 * b, ((c >> 1) - 1) & 1);
+        V3_STAMP(c, 9);
         const uint32_t tile = tile_u32 + b * V3_TILE;
         /* rope (bf16) lands by cp.async while the e4m3 lines are converted; scaled by 2^-K_r in place below */
 #pragma unroll
@@ -461,7 +491,7 @@ __global__ void __launch_bounds__(V3_THREADS, 1) mla_v3_kernel(const v3_params p
           const uint8_t *nrow = kvb + (int64_t)(nslot[q] >= 0 ? nslot[q] : 0) * V3_FP8_ROW;
 #pragma unroll
           for (int j = 0; j < 4; ++j)
-            pay[q][j] = (nslot[q] >= 0 && V3_MODE(p) != 1) ? ptx_ld_nc_v4(nrow + 128 * j + 16 * pl) : make_uint4(0, 0, 0, 0);
+            pay[q][j] = (nslot[q] >= 0 && !(V3_MODE(p) & 1)) ? ptx_ld_nc_v4(nrow + 128 * j + 16 * pl) : make_uint4(0, 0, 0, 0);
           sc[q] = nslot[q] >= 0 ? __ldg((const float *)(nrow + 512) + (pl & 3)) : 0.f;
           slot[q] = nslot[q];
           nslot[q] = mla_entry_slot(idx_row, (c + 2) * V3_ROWS + 16 * w + 4 * q + r4, end, p.num_slots);
@@ -480,6 +510,7 @@ __global__ void __launch_bounds__(V3_THREADS, 1) mla_v3_kernel(const v3_params p
         }
         ptx_fence_proxy_async_smem();
         ptx_mbar_arrive(bar_full + 8 * b);
+        V3_STAMP(c, 10);
       }
     }
     return;
@@ -546,9 +577,10 @@ __global__ void __launch_bounds__(V3_THREADS, 1) mla_v3_kernel(const v3_params p
   x.head0 = head0;
   x.t = t;
   if (cw == 0) {
-    ptx_setmaxnreg_inc<208>(); /* O half, S and the softmax; warpgroup 1 keeps 168 */
+    ptx_setmaxnreg_inc<V3_REG_QK(FP8)>(); /* O half, S and the softmax */
     v3_consumer_qk<FP8>(p, x, warp & 3, lane);
   } else {
+    if (V3_REG_PV(FP8) > 168) ptx_setmaxnreg_inc<(V3_REG_PV(FP8) > 168 ? V3_REG_PV(FP8) : 168)>();
     v3_consumer_pv<FP8>(p, x, warp & 3, lane);
   }
 }
