@@ -28,8 +28,8 @@
  * (rope) wgmmas into one fp32 accumulator; the score is S 2^e_h 2^K_r (powers of two); P goes to PV
  * in f16 times 2^K_r. bf16 KV: everything bf16, rows exact. P is rounded to the 16-bit type, as in
  * every tensor-core attention.
- * Shared memory (231 KB): Q 72 KB, two tiles of 72 KB, P 8 KB, per-chunk row slots / factors, the
- * barriers. Everything is fixed-order: same input, same bits.
+ * Shared memory (227 KiB, the limit): Q 72 KiB, two tiles of 72 KiB, P 8 KiB, per-chunk row slots and
+ * factors, the barriers. Everything is fixed-order: same input, same bits.
  */
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -53,7 +53,7 @@
 #define V3_VALID_OFF (V3_P_OFF + 8 * 1024)      /* int [2][64] */
 #define V3_ALPHA_OFF (V3_VALID_OFF + 2 * 64 * 4) /* float [64] */
 #define V3_L_OFF (V3_ALPHA_OFF + 64 * 4)         /* float [64] */
-#define V3_COLF_OFF (V3_L_OFF + 64 * 4)          /* float [2][64]: FP8 rows' power-of-two factor 2^E */
+#define V3_COLF_OFF (V3_L_OFF + 64 * 4)          /* float [2][64]: FP8 rows' power-of-two factor 2^K */
 #define V3_QEXP_OFF (V3_COLF_OFF + 2 * 64 * 4)   /* float [64]: FP8 path's per-head q factor 2^e */
 #define V3_BAR_OFF (V3_QEXP_OFF + 64 * 4)        /* full[2], empty[2] */
 #define V3_SMEM_USED (V3_BAR_OFF + 32)
@@ -101,7 +101,6 @@ __device__ long long g_v3_trace[32][11];
   do {                 \
   } while (0)
 #endif
-
 
 /* Byte offset of 16-byte chunk `chunk` (0..71, 8 dims each) of tile row r: 128-byte swizzle. */
 __device__ __forceinline__ uint32_t v3_tile_off(int r, int chunk) {
