@@ -32,11 +32,8 @@ struct acc_t {
   float d[N / 2];
 };
 
-/* 128-byte swizzle K-major descriptor: layout type 1 in bits 62-63, SBO = 1024 (8 rows x 128 B). */
-__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
-  return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
-         ((uint64_t)1 << 62);
-}
+/* 128-byte swizzle K-major descriptor: SBO = 1024 (8 rows x 128 B), LBO unused. */
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) { return ptx_wgmma_desc_sw128(addr, 16, 1024); }
 
 template <int N, int TA>
 __device__ __forceinline__ void wgmma_n(float (&d)[N / 2], uint64_t da, uint64_t db) {
@@ -45,16 +42,7 @@ __device__ __forceinline__ void wgmma_n(float (&d)[N / 2], uint64_t da, uint64_t
   } else if constexpr (N == 32) {
     ptx_wgmma_m64n32k16_f16<TA, 0>(d, da, db, 1);
   } else if constexpr (N == 64) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,"
-        "%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, %34, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(da), "l"(db), "n"(TA));
+    ptx_wgmma_m64n64k16_f16<TA, 0>(d, da, db, 1);
   }
 }
 
