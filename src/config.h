@@ -26,6 +26,9 @@
 /* ---- sparse MLA (sparse_mla/) ---- */
 #define MLA_BLOCK_N 64          /* index entries per chunk (and per split block) */
 #define MLA_OUT_DIM 512         /* = DSA_MLA_V_DIM */
+/* The attention kernels run the softmax in the log2 domain: scores times log2(e), lse back times ln(2). */
+#define MLA_LOG2E 1.4426950408889634f
+#define MLA_LN2 0.6931471805599453f
 /* v3 (64 heads a CTA, no splits) runs for more than 32 heads once tokens x ceil(heads / 64) >=
  * SMs x NUM / DEN: on the H200 (132 SMs) 32 such CTAs lost to v1/v2 and 64 won (docs/PERF.md) */
 #define MLA_V3_MIN_HEADS 33

@@ -90,6 +90,11 @@ static __device__ __forceinline__ int rows_output(const dsa_rows &r, int t, int 
 
 /* Attention (both kernel versions): the KV slot of entry e of an index row, or -1 when the entry is
  * skipped — e at or past the row's end (topk, lens), or an index outside [0, num_slots). */
+/* Attention: the natural-log lse of a row from its running max m (log2 domain) and sum l; -inf when
+ * the row had no valid entry (l = 0). */
+static __device__ __forceinline__ float mla_lse(float m, float l) {
+  return l > 0.f ? (m + log2f(l)) * MLA_LN2 : -INFINITY;
+}
 static __device__ __forceinline__ int mla_entry_slot(const int32_t *idx_row, int e, int end, int64_t num_slots) {
   if (e >= end) return -1;
   const int idx = __ldg(idx_row + e);

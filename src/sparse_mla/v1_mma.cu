@@ -62,8 +62,6 @@
 #define MLA_FP8_SCALE_OFF 512
 #define MLA_FP8_ROPE_OFF 528
 #define MLA_SROW 72              /* floats per S row in shared memory (64 + 8: conflict-free float2) */
-#define MLA_LOG2E 1.4426950408889634f
-#define MLA_LN2 0.6931471805599453f
 #define MLA_NEG_INF (-INFINITY)
 
 /* ---------------------------------------------------------------------------------------------
@@ -506,6 +504,7 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) sparse_mla_fwd_kernel(const ml
       }
     if (p.lse && tid < HG && head0 + tid < H) {
       const float l = row_l_s[tid];
+      /* mla_lse's formula, kept inline: the shared-memory m is read only for rows with entries */
       p.lse[t * H + head0 + tid] = l > 0.f ? (row_m_s[tid] + log2f(l)) * MLA_LN2 : MLA_NEG_INF;
     }
   } else {
@@ -564,7 +563,7 @@ __global__ void __launch_bounds__(MLA_COMBINE_THREADS) sparse_mla_combine_kernel
     w_s[tid] = w;
     if (tid == 0) {
       inv_l_s = L > 0.f ? 1.f / L : 0.f;
-      if (lse) lse[r] = L > 0.f ? (M + log2f(L)) * MLA_LN2 : MLA_NEG_INF;
+      if (lse) lse[r] = mla_lse(M, L);
     }
   }
   __syncthreads();

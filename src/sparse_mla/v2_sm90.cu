@@ -52,8 +52,6 @@
 #define V2_FP8_SCALE_OFF 512
 #define V2_FP8_ROPE_OFF 528
 #define V2_OSTRIDE 516             /* floats per head row of the O staging area (conflict-free) */
-#define V2_LOG2E 1.4426950408889634f
-#define V2_LN2 0.6931471805599453f
 #define V2_MAX_CLUSTER 8
 
 static_assert(V2_ROWS == MLA_BLOCK_N, "chunk = plan block");
@@ -725,7 +723,7 @@ __global__ void __launch_bounds__(v2_cfg<HN, FP8>::THREADS, 1) sparse_mla_sm90_k
       packed.x = ptx_f32x2_to_bf16x2(acc.x * inv, acc.y * inv);
       packed.y = ptx_f32x2_to_bf16x2(acc.z * inv, acc.w * inv);
       *(uint2 *)(p.out + ((t * H + head0 + h) * V2_V_DIM + d)) = packed;
-      if (p.lse && d == 0) p.lse[t * H + head0 + h] = L > 0.f ? (M + log2f(L)) * V2_LN2 : -INFINITY;
+      if (p.lse && d == 0) p.lse[t * H + head0 + h] = mla_lse(M, L);
     }
   }
   V2_TRACE(5);
@@ -767,7 +765,7 @@ extern "C" int dsa_sparse_mla_v2_launch(const dsa_sparse_mla_args *a, const dsa_
   prm.lens = a->lens;
   prm.out = (__nv_bfloat16 *)a->out;
   prm.lse = a->lse;
-  prm.scale_log2 = a->softmax_scale * V2_LOG2E;
+  prm.scale_log2 = a->softmax_scale * MLA_LOG2E;
   prm.topk = a->topk;
   prm.num_heads = a->num_heads;
   prm.token_offset = 0;

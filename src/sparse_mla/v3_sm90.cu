@@ -313,9 +313,9 @@ __device__ __forceinline__ void v3_consumer_qk(const v3_params &p, const v3_ctx 
     x.l_s[h0 + 8] = l1;
     const int H = p.num_heads;
     if (p.lse) {
-      if (x.head0 + h0 < H) p.lse[x.t * H + x.head0 + h0] = l0 > 0.f ? (m0 + log2f(l0)) * 0.6931471805599453f : -INFINITY;
+      if (x.head0 + h0 < H) p.lse[x.t * H + x.head0 + h0] = mla_lse(m0, l0);
       if (x.head0 + h0 + 8 < H)
-        p.lse[x.t * H + x.head0 + h0 + 8] = l1 > 0.f ? (m1 + log2f(l1)) * 0.6931471805599453f : -INFINITY;
+        p.lse[x.t * H + x.head0 + h0 + 8] = mla_lse(m1, l1);
     }
   }
   ptx_bar_sync(4, 256);
@@ -617,7 +617,7 @@ extern "C" int dsa_sparse_mla_v3_launch(const dsa_sparse_mla_args *a, const dsa_
   prm.lens = a->lens;
   prm.out = (__nv_bfloat16 *)a->out;
   prm.lse = a->lse;
-  prm.scale_log2 = a->softmax_scale * 1.4426950408889634f;
+  prm.scale_log2 = a->softmax_scale * MLA_LOG2E;
   prm.topk = a->topk;
   prm.num_heads = a->num_heads;
   prm.num_groups = pl->groups;
