@@ -62,7 +62,7 @@ __device__ __forceinline__ void ptx_cp_async_wait(void) {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-/* ---- conversions ---- */
+/* ---- shared memory, in program order ---- */
 /* 16-byte shared store kept in program order (st.shared, §9.7.9.10): callers order their stores to
  * spread one instruction over all banks. */
 __device__ __forceinline__ void ptx_st_shared_v4(uint32_t addr, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
@@ -74,6 +74,8 @@ __device__ __forceinline__ uint4 ptx_ld_shared_v4(uint32_t addr) {
   asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
   return v;
 }
+
+/* ---- conversions ---- */
 /* Two e4m3 bytes (low byte = first value) -> f16x2, exact (cvt, §9.7.9.21: .f16x2.e4m3x2). */
 __device__ __forceinline__ uint32_t ptx_e4m3x2_to_f16x2(uint16_t two) {
   uint32_t r;
