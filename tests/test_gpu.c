@@ -1807,6 +1807,16 @@ static const mla_case k_mla_cases[] = {
      .q_amp = 1.0, .num_slots = 20000, .seed = 414},
     {.name = "sparse MLA H16 bf16 kv_stride 576, T200 topk2048", .H = 16, .T = 200, .topk = 2048,
      .fmt = DSA_KV_BF16, .kv_stride = 576, .q_amp = 1.0, .num_slots = 30000, .seed = 415},
+    /* v3 under the library's choice: 2-CTA clusters for 65..128 heads of FP8 (96: the second CTA half
+     * padding), lens and a token without valid entries in a cluster; bf16 at batch */
+    {.name = "sparse MLA H96 fp8 (stored) T70 topk2048, lens", .H = 96, .T = 70, .topk = 2048,
+     .fmt = DSA_KV_FP8_PACKED, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0, .num_slots = 30000,
+     .check_determinism = 1, .seed = 416},
+    {.name = "sparse MLA H128 fp8 (random bytes) T40 topk1500, lens", .H = 128, .T = 40, .topk = 1500,
+     .fmt = DSA_KV_FP8_PACKED, .fp8_random_bytes = 1, .lens_given = 1, .q_amp = 2.0, .num_slots = 20000,
+     .seed = 417},
+    {.name = "sparse MLA H64 bf16 kv_stride 640, T80 topk2048", .H = 64, .T = 80, .topk = 2048, .fmt = DSA_KV_BF16,
+     .kv_stride = 640, .q_amp = 1.0, .num_slots = 30000, .seed = 418},
 };
 
 static const store_case k_store_cases[] = {

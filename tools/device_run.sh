@@ -11,6 +11,9 @@
 #   all       test, python, then bench
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck, initcheck (or the tools named) over
 #             both GPU test programs; one summary line per tool
+#   v3        the v3 attention checks: every MLA case with v3 forced and with the library's choice,
+#             the garbage attention cases, racecheck on the 128-head FP8 cases, dsa-bench attn --check
+#             (every attention row, both KV formats)
 #   dev       the development aids: dsa-sm90-microbench, dsa-trace-mla, dsa-mla-v3-modes, and the
 #             attention crossover (dsa-bench attn --batches at 16 / 64 / 128 heads, each kernel forced)
 set -uo pipefail
@@ -90,6 +93,22 @@ if [ "$what" = dev ]; then
         --json "$OUT/attn-crossover-h$h-$k.json" >"$OUT/attn-crossover-h$h-$k.log" 2>&1 || rc=$?
       sed -n '/== sparse/,$p' "$OUT/attn-crossover-h$h-$k.log" | grep -v "^%" | grep "decode" | awk -v k=$k '{print k, $0}'
     done
+  done
+fi
+
+if [ "$what" = v3 ]; then
+  DSA_MLA_KERNEL=v3 DSA_TEST_ONLY=MLA timeout 60 "$B/test_gpu" >"$OUT/v3-forced.log" 2>&1 || rc=1
+  echo "test_gpu MLA, v3 forced: $(grep passed "$OUT/v3-forced.log" | tail -1)"; grep "^FAIL" "$OUT/v3-forced.log" | head -5
+  DSA_TEST_ONLY=MLA timeout 60 "$B/test_gpu" >"$OUT/v3-auto.log" 2>&1 || rc=1
+  echo "test_gpu MLA, library choice: $(grep passed "$OUT/v3-auto.log" | tail -1)"; grep "^FAIL" "$OUT/v3-auto.log" | head -5
+  DSA_MLA_KERNEL=v3 DSA_TEST_ONLY=attention timeout 60 "$B/test_gpu_garbage" >"$OUT/v3-garbage.log" 2>&1 || rc=1
+  echo "test_gpu_garbage attention, v3: $(grep passed "$OUT/v3-garbage.log" | tail -1)"
+  DSA_MLA_KERNEL=v3 DSA_TEST_ONLY="MLA H128 fp8" DSA_TEST_UNDER_SANITIZER=1 timeout 120 compute-sanitizer --tool racecheck \
+    --print-limit 5 "$B/test_gpu" >"$OUT/v3-racecheck.log" 2>&1 || rc=1
+  echo "racecheck, 128-head FP8 cases: $(grep -E 'RACECHECK SUMMARY' "$OUT/v3-racecheck.log" | tail -1)"
+  for kv in fp8 bf16; do
+    timeout 90 "$B/dsa-bench" attn --kv $kv --check --json "$OUT/v3-attn-$kv.json" >"$OUT/v3-attn-$kv.log" 2>&1 || rc=1
+    sed -n '/== sparse/,$p' "$OUT/v3-attn-$kv.log" | grep -v "^%"
   done
 fi
 
