@@ -74,18 +74,6 @@ __device__ __forceinline__ uint4 ptx_ld_shared_v4(uint32_t addr) {
   asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
   return v;
 }
-/* 4-byte shared store kept in program order (st.shared, §9.7.9.10). */
-__device__ __forceinline__ void ptx_st_shared_b32(uint32_t addr, uint32_t v) {
-  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
-}
-/* 16-byte / 4-byte stores into another CTA's shared memory (st.shared::cluster, §9.7.9.10). */
-__device__ __forceinline__ void ptx_st_cluster_v4(uint32_t cluster_addr, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
-  asm volatile("st.shared::cluster.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(cluster_addr), "r"(a), "r"(b), "r"(c), "r"(d)
-               : "memory");
-}
-__device__ __forceinline__ void ptx_st_cluster_b32(uint32_t cluster_addr, uint32_t v) {
-  asm volatile("st.shared::cluster.b32 [%0], %1;\n" ::"r"(cluster_addr), "r"(v) : "memory");
-}
 
 /* ---- conversions ---- */
 /* Two e4m3 bytes (low byte = first value) -> f16x2, exact (cvt, §9.7.9.21: .f16x2.e4m3x2). */
@@ -131,16 +119,6 @@ __device__ __forceinline__ void ptx_mbar_arrive(uint32_t bar) {
   asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.release.cta.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar)
                : "memory");
 }
-/* The same arrive at cluster scope (§9.7.12.15.13): orders this thread's earlier accesses for
- * waiters that acquire at cluster scope (a peer CTA's writes into this CTA, or reads of it). */
-__device__ __forceinline__ void ptx_mbar_arrive_cluster(uint32_t bar) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.release.cluster.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar)
-               : "memory");
-}
-/* Arrive on a barrier in another CTA of the cluster (its address from ptx_mapa) (§9.7.12.15.13). */
-__device__ __forceinline__ void ptx_mbar_arrive_remote(uint32_t cluster_bar) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_bar) : "memory");
-}
 /* Non-blocking: has the phase with parity `parity` completed? (mbarrier.test_wait.parity, §9.7.12.15.16) */
 __device__ __forceinline__ bool ptx_mbar_test(uint32_t bar, uint32_t parity) {
   uint32_t done;
@@ -150,22 +128,6 @@ __device__ __forceinline__ bool ptx_mbar_test(uint32_t bar, uint32_t parity) {
       : "r"(bar), "r"(parity)
       : "memory");
   return done != 0;
-}
-/* ptx_mbar_wait acquiring at cluster scope: for phases completed by arrivals from other CTAs. */
-__device__ __forceinline__ void ptx_mbar_wait_cluster(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-/* Makes mbarrier.init visible to the other CTAs of the cluster (fence.mbarrier_init, §9.7.12.4). */
-__device__ __forceinline__ void ptx_fence_mbar_init_cluster(void) {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 /* Blocks until the phase with parity `parity` has completed (mbarrier.try_wait.parity, §9.7.12.15.16;
  * acquire at CTA scope). */
@@ -185,10 +147,6 @@ __device__ __forceinline__ void ptx_mbar_wait(uint32_t bar, uint32_t parity) {
  * operands) (fence.proxy.async, §9.7.12.4 membar/fence). */
 __device__ __forceinline__ void ptx_fence_proxy_async_smem(void) {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-/* The same for shared memory anywhere in the cluster (a peer CTA's, written with st.shared::cluster). */
-__device__ __forceinline__ void ptx_fence_proxy_async_cluster(void) {
-  asm volatile("fence.proxy.async.shared::cluster;\n" ::: "memory");
 }
 
 /* ---- ldmatrix (§9.7.14.5.15): four 8x8 b16 matrices from shared memory, lanes 8j..8j+7 giving

@@ -1807,8 +1807,8 @@ static const mla_case k_mla_cases[] = {
      .q_amp = 1.0, .num_slots = 20000, .seed = 414},
     {.name = "sparse MLA H16 bf16 kv_stride 576, T200 topk2048", .H = 16, .T = 200, .topk = 2048,
      .fmt = DSA_KV_BF16, .kv_stride = 576, .q_amp = 1.0, .num_slots = 30000, .seed = 415},
-    /* v3 under the library's choice: 2-CTA clusters for 65..128 heads of FP8 (96: the second CTA half
-     * padding), lens and a token without valid entries in a cluster; bf16 at batch */
+    /* v3 under the library's choice: two 64-head CTAs per token (96: the second one half padding),
+     * lens and a token without valid entries; bf16 at batch */
     {.name = "sparse MLA H96 fp8 (stored) T70 topk2048, lens", .H = 96, .T = 70, .topk = 2048,
      .fmt = DSA_KV_FP8_PACKED, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0, .num_slots = 30000,
      .check_determinism = 1, .seed = 416},

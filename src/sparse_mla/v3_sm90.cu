@@ -18,7 +18,8 @@
  * gathers rows into a two-tile full/empty mbarrier ring. Registers (setmaxnreg): V3_REG_*.
  * Gathers: the 8 lanes of a row cover one 128-byte line of it per instruction (whole L2 lines) and one
  * swizzled 128-byte tile row (conflict-free stores).
- *   bf16 KV   cp.async straight into the tile, one chunk in flight while the consumers work.
+ *   bf16 KV   cp.async straight into the tile, up to two chunks in flight; a landed chunk is
+ *             published before the producer blocks on the next tile (mbarrier.test_wait first).
  *   FP8 KV    the 512 e4m3 bytes of a row (four lines = its four scale groups) wait in registers one
  *             chunk ahead; converted to f16 as e4m3 x f16(scale_g 2^-K_r) with K_r the largest binary
  *             exponent of the row's scales (one rounding to 11 bits, values < 896); the rope (bf16)
@@ -60,10 +61,6 @@
 #define V3_SMEM (V3_SMEM_USED + 1024) /* + slack to align the base to 1 KB (swizzle atoms) */
 static_assert(V3_SMEM <= 227 * 1024, "shared memory");
 #define V3_FP8_ROW 656
-/* 1: packed FP8 with 65..128 heads runs the two 64-head CTAs of a token as a cluster sharing one gather */
-#ifndef V3_PAIR
-#define V3_PAIR 1
-#endif
 /* setmaxnreg per warpgroup (QK + softmax, PV only, producer): 128 x (sum) <= 384 x 168 = 64512 */
 #define V3_REG_QK(FP8) 208
 #define V3_REG_PV(FP8) ((FP8) ? 168 : 216)
@@ -115,18 +112,15 @@ __device__ __forceinline__ uint32_t v3_tile_off(int r, int chunk) {
  * tile row, stored at addr + off_first and addr + off_second (the caller orders the two chunks so
  * that the eight lanes of a row hit eight different 16-byte bank groups in each store). e4m3 -> f16
  * is exact; the product is rounded once. */
-__device__ __forceinline__ void v3_convert_fp8(uint4 v, uint32_t mult, uint32_t (&o)[8]) {
+__device__ __forceinline__ void v3_store_fp8(uint32_t addr, uint32_t off_first, uint32_t off_second, bool odd_first,
+                                             uint4 v, uint32_t mult) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  uint32_t o[8];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     o[2 * i] = ptx_mul_f16x2(ptx_e4m3x2_to_f16x2((uint16_t)(w[i] & 0xFFFFu)), mult);
     o[2 * i + 1] = ptx_mul_f16x2(ptx_e4m3x2_to_f16x2((uint16_t)(w[i] >> 16)), mult);
   }
-}
-__device__ __forceinline__ void v3_store_fp8(uint32_t addr, uint32_t off_first, uint32_t off_second, bool odd_first,
-                                             uint4 v, uint32_t mult) {
-  uint32_t o[8];
-  v3_convert_fp8(v, mult, o);
   ptx_st_shared_v4(addr + off_first, odd_first ? o[4] : o[0], odd_first ? o[5] : o[1], odd_first ? o[6] : o[2],
                    odd_first ? o[7] : o[3]);
   ptx_st_shared_v4(addr + off_second, odd_first ? o[0] : o[4], odd_first ? o[1] : o[5], odd_first ? o[2] : o[6],
@@ -139,7 +133,6 @@ typedef struct {
   int *valid_s;                                          /* [2][64] slot of each tile row, -1 = skipped */
   float *alpha_s, *l_s;                                  /* [64] per-head rescale of this chunk; final sums */
   const float *colf_s, *qexp_s;                          /* FP8: [2][64] row factors, [64] head factors */
-  uint32_t peer_bar_empty;                               /* PAIR: the other CTA's empty barriers (cluster address) */
   int n, head0;                                          /* chunks; first head of this CTA */
   int64_t t;                                             /* token */
 } v3_ctx;
@@ -160,23 +153,6 @@ __device__ __forceinline__ void v3_wgmma_n64(bool f16, float (&d)[32], uint64_t 
 __device__ __forceinline__ float v3_pow2(int e) { return __int_as_float((min(max(e, -126), 127) + 127) << 23); }
 /* floor(log2(x)) of a positive normal float (0 and denormals: -127) */
 __device__ __forceinline__ int v3_ilogb(float x) { return ((__float_as_int(x) >> 23) & 0xFF) - 127; }
-
-/* A chunk's tile is full: with PAIR half of it was written by the other CTA of the cluster. */
-template <bool PAIR>
-__device__ __forceinline__ void v3_wait_full(const v3_ctx &x, int b, int c) {
-  if (PAIR) ptx_mbar_wait_cluster(x.bar_full + 8 * b, (c >> 1) & 1);
-  else ptx_mbar_wait(x.bar_full + 8 * b, (c >> 1) & 1);
-}
-/* This thread is done with tile b: with PAIR both CTAs' producers write into it, so both hear. */
-template <bool PAIR>
-__device__ __forceinline__ void v3_release(const v3_ctx &x, int b) {
-  if (PAIR) {
-    ptx_mbar_arrive_cluster(x.bar_empty + 8 * b);
-    ptx_mbar_arrive_remote(x.peer_bar_empty + 8 * b);
-  } else {
-    ptx_mbar_arrive(x.bar_empty + 8 * b);
-  }
-}
 
 /* pv_tile: O[64 heads, 256 dims of this warpgroup] += P[64, 64 rows] . V[64 rows, those dims]; the
  * tile is read MN-major through the same 128-byte swizzle it was written with. */
@@ -224,7 +200,7 @@ __device__ __forceinline__ void v3_store_out(const v3_params &p, const v3_ctx &x
 
 /* Warpgroup 0: qk_tile, online_softmax, P to shared memory, PV for dims 0..255; the lse and the
  * final sums for both warpgroups. Thread (w, lane) holds head rows h0 = 16w + lane/4 and h0 + 8. */
-template <bool FP8, bool PAIR>
+template <bool FP8>
 __device__ __forceinline__ void v3_consumer_qk(const v3_params &p, const v3_ctx &x, int w, int lane) {
   const int g = lane >> 2, qd = lane & 3, h0 = 16 * w + g;
   float o[128];
@@ -234,11 +210,11 @@ __device__ __forceinline__ void v3_consumer_qk(const v3_params &p, const v3_ctx 
   const float qs0 = FP8 ? p.scale_log2 * x.qexp_s[h0] : 0.f, qs1 = FP8 ? p.scale_log2 * x.qexp_s[h0 + 8] : 0.f;
   for (int c = 0; c < x.n; ++c) {
     const int b = c & 1;
-    v3_wait_full<PAIR>(x, b, c);
+    ptx_mbar_wait(x.bar_full + 8 * b, (c >> 1) & 1);
     V3_STAMP(c, 0);
     const uint32_t kv_u32 = x.tile_u32 + b * V3_TILE;
     if (V3_MODE(p) & 2) {
-      v3_release<PAIR>(x, b);
+      ptx_mbar_arrive(x.bar_empty + 8 * b);
       continue;
     }
     /* ---- qk_tile: S[64 heads, 64 rows]; Q no-swizzle K-major, tile 128B-swizzle K-major; the
@@ -325,7 +301,7 @@ __device__ __forceinline__ void v3_consumer_qk(const v3_params &p, const v3_ctx 
     ptx_wgmma_wait<0>();
     V3_STAMP(c, 5);
     ptx_reg_fence(o);
-    v3_release<PAIR>(x, b);
+    ptx_mbar_arrive(x.bar_empty + 8 * b);
   }
   ptx_griddep_launch_dependents();
   /* ---- epilogue: quad sums -> l for both warpgroups, lse ---- */
@@ -348,7 +324,7 @@ __device__ __forceinline__ void v3_consumer_qk(const v3_params &p, const v3_ctx 
 }
 
 /* Warpgroup 1: PV for dims 256..511 with the P and alpha warpgroup 0 publishes. */
-template <bool FP8, bool PAIR>
+template <bool FP8>
 __device__ __forceinline__ void v3_consumer_pv(const v3_params &p, const v3_ctx &x, int w, int lane) {
   const int g = lane >> 2, qd = lane & 3, h0 = 16 * w + g;
   float o[128];
@@ -356,7 +332,7 @@ __device__ __forceinline__ void v3_consumer_pv(const v3_params &p, const v3_ctx 
   for (int i = 0; i < 128; ++i) o[i] = 0.f;
   for (int c = 0; c < x.n; ++c) {
     const int b = c & 1;
-    v3_wait_full<PAIR>(x, b, c);
+    ptx_mbar_wait(x.bar_full + 8 * b, (c >> 1) & 1);
     V3_STAMP(c, 6);
     if (!(V3_MODE(p) & 2)) {
       ptx_bar_sync(1, 256);
@@ -367,7 +343,7 @@ __device__ __forceinline__ void v3_consumer_pv(const v3_params &p, const v3_ctx 
       V3_STAMP(c, 8);
       ptx_reg_fence(o);
     }
-    v3_release<PAIR>(x, b);
+    ptx_mbar_arrive(x.bar_empty + 8 * b);
     /* done with P(c) and alpha(c): warpgroup 0 may write the next ones (both sides bar.sync, so
      * the hand-off is one a race checker can follow) */
     if (!(V3_MODE(p) & 2) && c + 1 < x.n) ptx_bar_sync(2, 256);
@@ -376,102 +352,8 @@ __device__ __forceinline__ void v3_consumer_pv(const v3_params &p, const v3_ctx 
   v3_store_out(p, x, o, h0, qd, 256);
 }
 
-/* Producer of a PAIR cluster (packed FP8; the two 64-head CTAs of one token): this CTA (rank) gathers
- * and converts rows 32 rank .. 32 rank + 31 of every chunk and writes them into both CTAs' tiles
- * (its own by st.shared, the peer's by st.shared::cluster), so each row is read from L2 and converted
- * once per token instead of twice. Warp w owns rows 32 rank + 8w + 4q + r4 (q = 0, 1); a row's lines,
- * scales and rope wait in registers one chunk ahead. */
-__device__ __forceinline__ void v3_produce_fp8_pair(const v3_params &p, uint32_t tile_u32, uint32_t valid_u32,
-                                                    uint32_t colf_u32, uint32_t bar_full, uint32_t bar_empty,
-                                                    const int32_t *idx_row, int end, int n, int rank, int w, int lane) {
-  const int r4 = lane >> 3, pl = lane & 7;
-  const uint32_t peer = (uint32_t)(rank ^ 1);
-  const uint8_t *kvb = (const uint8_t *)p.kv;
-  uint4 pay[2][4], rope[2];
-  float sc[2]; /* lane p holds scale p & 3 of its row */
-  int slot[2], nslot[2];
-#pragma unroll
-  for (int q = 0; q < 2; ++q) {
-    const int r = 32 * rank + 8 * w + 4 * q + r4;
-    slot[q] = mla_entry_slot(idx_row, r, end, p.num_slots);
-    const uint8_t *row = kvb + (int64_t)(slot[q] >= 0 ? slot[q] : 0) * V3_FP8_ROW;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) pay[q][j] = slot[q] >= 0 ? ptx_ld_nc_v4(row + 128 * j + 16 * pl) : make_uint4(0, 0, 0, 0);
-    rope[q] = slot[q] >= 0 ? ptx_ld_nc_v4(row + 528 + 16 * pl) : make_uint4(0, 0, 0, 0);
-    sc[q] = slot[q] >= 0 ? __ldg((const float *)(row + 512) + (pl & 3)) : 0.f;
-    nslot[q] = mla_entry_slot(idx_row, V3_ROWS + r, end, p.num_slots);
-  }
-  for (int c = 0; c < n; ++c) {
-    const int b = c & 1;
-    if (c >= 2) ptx_mbar_wait_cluster(bar_empty + 8 * b, ((c >> 1) - 1) & 1); /* both CTAs done with it */
-    const uint32_t tile = tile_u32 + b * V3_TILE;
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      const int r = 32 * rank + 8 * w + 4 * q + r4;
-      int K = v3_ilogb(sc[q]); /* as the single-CTA producer: the row's largest scale exponent */
-      K = max(K, __shfl_xor_sync(0xffffffffu, K, 1));
-      K = max(K, __shfl_xor_sync(0xffffffffu, K, 2));
-      K = min(max(K, -100), 100);
-      const float f = v3_pow2(-K);
-      const uint32_t mult_mine = ptx_f32x2_to_f16x2(sc[q] * f, sc[q] * f);
-      if (pl == 0) {
-        const uint32_t vo = (uint32_t)(4 * (b * V3_ROWS + r));
-        const float colf = v3_pow2(K);
-        ptx_st_shared_b32(valid_u32 + vo, (uint32_t)slot[q]);
-        ptx_st_shared_b32(colf_u32 + vo, __float_as_uint(colf));
-        ptx_st_cluster_b32(ptx_mapa(valid_u32 + vo, peer), (uint32_t)slot[q]);
-        ptx_st_cluster_b32(ptx_mapa(colf_u32 + vo, peer), __float_as_uint(colf));
-      }
-      /* (r >> 3) * 1024 + (r & 7) * 128 = 4096 rank + 1024w + 512q + 128 r4; r & 7 = 4q + r4 */
-      const uint32_t addr = tile + 4096 * rank + 1024 * w + 512 * q + 128 * r4 + (pl >> 2) * V3_SEG;
-      const uint32_t raddr = ptx_mapa(addr, peer);
-      const uint32_t r7 = (uint32_t)(4 * q + r4), ce = (uint32_t)(2 * (pl & 3));
-      const uint32_t off_e = ((ce ^ r7) << 4), off_o = (((ce + 1) ^ r7) << 4);
-      const bool odd_first = pl >= 4;
-      const uint32_t off1 = odd_first ? off_o : off_e, off2 = odd_first ? off_e : off_o;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        uint32_t o[8];
-        v3_convert_fp8(pay[q][j], __shfl_sync(0xffffffffu, mult_mine, (lane & 0x18) | j), o);
-        const uint32_t a0 = odd_first ? o[4] : o[0], a1 = odd_first ? o[5] : o[1], a2 = odd_first ? o[6] : o[2],
-                       a3 = odd_first ? o[7] : o[3], b0 = odd_first ? o[0] : o[4], b1 = odd_first ? o[1] : o[5],
-                       b2 = odd_first ? o[2] : o[6], b3 = odd_first ? o[3] : o[7];
-        const uint32_t seg = 2 * j * V3_SEG;
-        ptx_st_shared_v4(addr + seg + off1, a0, a1, a2, a3);
-        ptx_st_shared_v4(addr + seg + off2, b0, b1, b2, b3);
-        ptx_st_cluster_v4(raddr + seg + off1, a0, a1, a2, a3);
-        ptx_st_cluster_v4(raddr + seg + off2, b0, b1, b2, b3);
-      }
-      { /* rope: bf16 x 2^-K (exact) */
-        const uint32_t ru[4] = {rope[q].x, rope[q].y, rope[q].z, rope[q].w};
-        uint32_t rh[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k)
-          rh[k] = ptx_f32x2_to_bf16x2(__uint_as_float(ru[k] << 16) * f, __uint_as_float(ru[k] & 0xFFFF0000u) * f);
-        const uint32_t ra = tile + v3_tile_off(r, 64 + pl);
-        ptx_st_shared_v4(ra, rh[0], rh[1], rh[2], rh[3]);
-        ptx_st_cluster_v4(ptx_mapa(ra, peer), rh[0], rh[1], rh[2], rh[3]);
-      }
-      /* this row's registers are free: load the next chunk's row */
-      const uint8_t *nrow = kvb + (int64_t)(nslot[q] >= 0 ? nslot[q] : 0) * V3_FP8_ROW;
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        pay[q][j] = nslot[q] >= 0 ? ptx_ld_nc_v4(nrow + 128 * j + 16 * pl) : make_uint4(0, 0, 0, 0);
-      rope[q] = nslot[q] >= 0 ? ptx_ld_nc_v4(nrow + 528 + 16 * pl) : make_uint4(0, 0, 0, 0);
-      sc[q] = nslot[q] >= 0 ? __ldg((const float *)(nrow + 512) + (pl & 3)) : 0.f;
-      slot[q] = nslot[q];
-      nslot[q] = mla_entry_slot(idx_row, (c + 2) * V3_ROWS + r, end, p.num_slots);
-    }
-    ptx_fence_proxy_async_smem();
-    ptx_fence_proxy_async_cluster();
-    ptx_mbar_arrive_cluster(bar_full + 8 * b);
-    ptx_mbar_arrive_remote(ptx_mapa(bar_full + 8 * b, peer));
-  }
-}
-
-template <bool FP8, bool PAIR>
+template <bool FP8>
 __global__ void __launch_bounds__(V3_THREADS, 1) mla_v3_kernel(const v3_params p) {
-  static_assert(!PAIR || FP8, "PAIR: packed FP8 only");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw_u32 = ptx_smem_u32(smem_raw);
   const uint32_t s_u32 = (raw_u32 + 1023u) & ~1023u;
@@ -488,16 +370,13 @@ __global__ void __launch_bounds__(V3_THREADS, 1) mla_v3_kernel(const v3_params p
   const int64_t t = p.token_offset + blockIdx.x / p.num_groups;
   const int head0 = group * V3_HEADS, H = p.num_heads;
 
-  /* full: the producer warpgroup (PAIR: both CTAs'); empty: the two consumer warpgroups (PAIR: of both CTAs) */
   if (tid == 0) {
     for (int b = 0; b < 2; ++b) {
-      ptx_mbar_init(bar_full + 8 * b, PAIR ? 256 : 128);
-      ptx_mbar_init(bar_empty + 8 * b, PAIR ? 512 : 256);
+      ptx_mbar_init(bar_full + 8 * b, 128);
+      ptx_mbar_init(bar_empty + 8 * b, 256);
     }
-    if (PAIR) ptx_fence_mbar_init_cluster();
   }
-  if (PAIR) ptx_cluster_sync(); /* the peer's barriers are initialised before anything arrives on them */
-  else __syncthreads();
+  __syncthreads();
   ptx_griddep_wait();
 
   int end = p.topk;
@@ -560,10 +439,6 @@ __global__ void __launch_bounds__(V3_THREADS, 1) mla_v3_kernel(const v3_params p
         ptx_fence_proxy_async_smem();
         ptx_mbar_arrive(bar_full + 8 * ((n - 1) & 1));
       }
-    } else if (PAIR) {
-      ptx_setmaxnreg_dec<V3_REG_PRODUCER(true)>();
-      v3_produce_fp8_pair(p, tile_u32, s_u32 + V3_VALID_OFF, s_u32 + V3_COLF_OFF, bar_full, bar_empty, idx_row, end, n,
-                          group, w, lane);
     } else {
       /* Packed FP8: warp w (0..3) owns rows 16w + 4q + r4 (q = 0..3). The 512 e4m3 bytes of a row are
        * four 128-byte lines = its four scale groups; the next chunk's lines wait in registers
@@ -650,7 +525,6 @@ __global__ void __launch_bounds__(V3_THREADS, 1) mla_v3_kernel(const v3_params p
         V3_STAMP(c, 10);
       }
     }
-    if (PAIR) ptx_cluster_sync(); /* the peer may still write into this CTA or arrive on its barriers */
     return;
   }
 
@@ -714,15 +588,13 @@ __global__ void __launch_bounds__(V3_THREADS, 1) mla_v3_kernel(const v3_params p
   x.n = n;
   x.head0 = head0;
   x.t = t;
-  x.peer_bar_empty = PAIR ? ptx_mapa(bar_empty, (uint32_t)(group ^ 1)) : 0u;
   if (cw == 0) {
     ptx_setmaxnreg_inc<V3_REG_QK(FP8)>(); /* O half, S and the softmax */
-    v3_consumer_qk<FP8, PAIR>(p, x, warp & 3, lane);
+    v3_consumer_qk<FP8>(p, x, warp & 3, lane);
   } else {
     if (V3_REG_PV(FP8) > 168) ptx_setmaxnreg_inc<(V3_REG_PV(FP8) > 168 ? V3_REG_PV(FP8) : 168)>();
-    v3_consumer_pv<FP8, PAIR>(p, x, warp & 3, lane);
+    v3_consumer_pv<FP8>(p, x, warp & 3, lane);
   }
-  if (PAIR) ptx_cluster_sync();
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -732,17 +604,15 @@ __global__ void __launch_bounds__(V3_THREADS, 1) mla_v3_kernel(const v3_params p
 static int g_v3_mode; /* set by tools/mla_v3_modes.cu */
 #endif
 
-template <bool FP8, bool PAIR>
+template <bool FP8>
 static cudaError_t v3_launch(v3_params prm, int64_t num_tokens, cudaStream_t stream) {
   static dsa_smem_cache cache;
   const int64_t max_tokens = (int64_t)0x7fffffff / prm.num_groups; /* gridDim.x limit */
   for (int64_t t0 = 0; t0 < num_tokens; t0 += max_tokens) {
     const int64_t nt = num_tokens - t0 < max_tokens ? num_tokens - t0 : max_tokens;
     prm.token_offset = t0;
-    /* PAIR: the two head groups of a token are adjacent CTAs, one cluster */
-    const cudaError_t err =
-        dsa_launch_smem_cluster(mla_v3_kernel<FP8, PAIR>, &cache, dim3((unsigned)(nt * prm.num_groups)), V3_THREADS,
-                                V3_SMEM, stream, true, PAIR ? 2u : 0u, prm);
+    const cudaError_t err = dsa_launch_smem(mla_v3_kernel<FP8>, &cache, dim3((unsigned)(nt * prm.num_groups)),
+                                            V3_THREADS, V3_SMEM, stream, true, prm);
     if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -768,12 +638,7 @@ extern "C" int dsa_sparse_mla_v3_launch(const dsa_sparse_mla_args *a, const dsa_
 #ifdef DSA_V3_MODES
   prm.mode = g_v3_mode;
 #endif
-  if (a->kv_format != DSA_KV_FP8_PACKED) return (int)v3_launch<false, false>(prm, a->num_tokens, stream);
-  /* 65..128 heads of packed FP8: the two 64-head CTAs of a token share the gather as a cluster; on a
-   * device that cannot form it (not seen on a whole H200; untested path) each CTA gathers alone */
-  if (V3_PAIR && prm.num_groups == 2) {
-    const cudaError_t err = v3_launch<true, true>(prm, a->num_tokens, stream);
-    if (err != cudaErrorInvalidClusterSize) return (int)err;
-  }
-  return (int)v3_launch<true, false>(prm, a->num_tokens, stream);
+  const cudaError_t err = a->kv_format == DSA_KV_FP8_PACKED ? v3_launch<true>(prm, a->num_tokens, stream)
+                                                            : v3_launch<false>(prm, a->num_tokens, stream);
+  return (int)err;
 }
