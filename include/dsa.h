@@ -259,10 +259,10 @@ DSA_API dsa_status dsa_topk(const dsa_topk_args *args, void *workspace, size_t w
  * needs no device and holds for every sm_90 part.
  * Three kernels compute this (same contract, results within the tolerances, each deterministic):
  * v1 (mma.sync), v2 (wgmma, KV rows as M, splits merged inside a thread-block cluster, no workspace)
- * and v3 (wgmma, 64 heads as M, one CTA per token and 64 heads, no workspace; packed FP8 rows are
- * computed in f16 after per-row power-of-two scaling, so a 128-value group more than 2^14 times
- * smaller than its row's largest loses relative precision); the library picks the one measured
- * faster for the shape (docs/PERF.md). The environment variable DSA_MLA_KERNEL=v1, =v2 or =v3
+ * and v3 (wgmma, 64 heads as M, CTAs of one token and 64 heads, split over a cluster below a wave,
+ * no workspace; packed FP8 rows are computed in f16 after per-row power-of-two scaling, so a
+ * 128-value group more than 2^14 times smaller than its row's largest loses relative precision);
+ * the library picks the one measured faster for the shape (docs/PERF.md). The environment variable DSA_MLA_KERNEL=v1, =v2 or =v3
  * forces one, for comparisons and bisecting.
  */
 typedef struct {

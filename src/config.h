@@ -29,11 +29,15 @@
 /* The attention kernels run the softmax in the log2 domain: scores times log2(e), lse back times ln(2). */
 #define MLA_LOG2E 1.4426950408889634f
 #define MLA_LN2 0.6931471805599453f
-/* v3 (64 heads a CTA, no splits) runs for more than 32 heads once tokens x ceil(heads / 64) >=
- * SMs x NUM / DEN: on the H200 (132 SMs) 32 such CTAs lost to v1/v2 and 64 won (docs/PERF.md) */
+/* v3 (64 heads a CTA, split over a cluster below a wave) runs for more than 32 heads once
+ * tokens x ceil(heads / 64) >= MIN_UNITS: on the H200, 8 such units (a cluster of 8 each) beat
+ * v1 at 64 heads (28 vs 32 us) and fewer lost to it (docs/PERF.md) */
 #define MLA_V3_MIN_HEADS 33
-#define MLA_V3_MIN_UNITS_NUM 4
-#define MLA_V3_MIN_UNITS_DEN 9
+#define MLA_V3_MIN_UNITS 8
+/* Clusters of 4 or 8 big CTAs do not all fit at once: a wave of them holds about half the SMs
+ * (measured: 128 CTAs in clusters of 8 or 4 took two waves' time, 64 one) */
+#define MLA_CLUSTER_WAVE_NUM 1
+#define MLA_CLUSTER_WAVE_DEN 2
 /* The split plan shapes work for at most this many SMs (every sm_90 part has <= 132); the
  * workspace size query assumes it, so a workspace sized once fits every sm_90 device. */
 #define DSA_PLAN_MAX_SMS 132

@@ -37,7 +37,7 @@ const char *dsa_cuda_error_string(int err);
 typedef enum {
   DSA_MLA_KERNEL_MMA = 0,   /* v1, sparse_mla/v1_mma.cu: mma.sync, split partials + combine kernel */
   DSA_MLA_KERNEL_SM90 = 1,  /* v2, sparse_mla/v2_sm90.cu: wgmma, rows as M, splits merged in a cluster */
-  DSA_MLA_KERNEL_V3 = 2     /* v3, sparse_mla/v3_sm90.cu: wgmma, 64 heads as M, no splits */
+  DSA_MLA_KERNEL_V3 = 2     /* v3, sparse_mla/v3_sm90.cu: wgmma, 64 heads as M, splits merged in a cluster */
 } dsa_mla_kernel;
 typedef struct {
   int kernel;           /* dsa_mla_kernel */
@@ -45,12 +45,12 @@ typedef struct {
   int groups;           /* head groups per token */
   int num_blocks;       /* MLA_BLOCK_N-entry blocks of topk */
   int splits;           /* CTAs per (token, group); v1: > 1 needs the workspace and a combine;
-                           v2: the cluster size (<= 8), no workspace; v3: 1 */
+                           v2 and v3: the cluster size (<= 8), no workspace */
   int blocks_per_split;
 } dsa_mla_plan;
 /* The version measured faster for a shape on the H200 (docs/PERF.md, 2026-11-30): v3 for > 32 heads
- * once tokens x ceil(heads / 64) >= 4/9 of the SMs; else v2 for packed FP8 KV, <= 64 heads, >= 32
- * tokens and at most two waves of v2 CTAs; v1 elsewhere. */
+ * once tokens x ceil(heads / 64) >= MLA_V3_MIN_UNITS (8); else v2 for packed FP8 KV, <= 64 heads,
+ * >= 32 tokens and at most two waves of v2 CTAs; v1 elsewhere. */
 int dsa_mla_choose_kernel(const dsa_sparse_mla_args *a, int num_sms);
 /* kernel: which version to plan for. */
 dsa_mla_plan dsa_mla_make_plan(const dsa_sparse_mla_args *a, int num_sms, int kernel);

@@ -52,8 +52,10 @@ static dsa_mla_plan mla_plan_sm90(const dsa_sparse_mla_args *a, int num_sms) {
   return pl;
 }
 
-/* v3: one CTA per (token, 64 heads), the whole index list, no workspace. */
-static dsa_mla_plan mla_plan_v3(const dsa_sparse_mla_args *a) {
+/* v3: CTAs of (token, 64 heads); below a wave the chunks of a (token, group) are split over a cluster
+ * of 2, 4 or 8 CTAs merged through distributed shared memory (no workspace). Among those, the fewest
+ * waves x (chunks per split + 1) (+1 for the merge, about a chunk's time), as v2. */
+static dsa_mla_plan mla_plan_v3(const dsa_sparse_mla_args *a, int num_sms) {
   dsa_mla_plan pl;
   pl.kernel = DSA_MLA_KERNEL_V3;
   pl.mt = 4;
@@ -61,17 +63,30 @@ static dsa_mla_plan mla_plan_v3(const dsa_sparse_mla_args *a) {
   pl.num_blocks = (a->topk + MLA_BLOCK_N - 1) / MLA_BLOCK_N;
   pl.splits = 1;
   pl.blocks_per_split = pl.num_blocks;
+  if (num_sms < 1) num_sms = 1;
+  const int64_t units = (int64_t)(a->num_tokens > 0 ? a->num_tokens : 1) * pl.groups;
+  int64_t best_cost = INT64_MAX;
+  for (int s = 1; s <= 8; s *= 2) {
+    const int bps = (pl.num_blocks + s - 1) / s;
+    if (s > 1 && (pl.num_blocks + bps - 1) / bps != s) break; /* fewer real splits than s */
+    const int64_t wave = s <= 2 ? num_sms : (int64_t)num_sms * MLA_CLUSTER_WAVE_NUM / MLA_CLUSTER_WAVE_DEN;
+    const int64_t waves = (units * s + wave - 1) / (wave > 0 ? wave : 1);
+    const int64_t cost = waves * (bps + (s > 1 ? 1 : 0));
+    if (cost < best_cost) {
+      best_cost = cost;
+      pl.splits = s;
+      pl.blocks_per_split = bps;
+    }
+  }
   return pl;
 }
 
 int dsa_mla_choose_kernel(const dsa_sparse_mla_args *a, int num_sms) {
   if (num_sms < 1) num_sms = 1;
-  /* v3 once its (token, 64-head) CTAs fill about half the device; below 33 heads its 64-head tile
-   * is mostly padding and v2 measured faster */
+  /* v3 from MLA_V3_MIN_UNITS (token, 64-head) units; below 33 heads its 64-head tile is mostly
+   * padding and v2 measured faster */
   const int64_t units_v3 = (int64_t)a->num_tokens * ((a->num_heads + 63) / 64);
-  if (a->num_heads >= MLA_V3_MIN_HEADS &&
-      units_v3 * MLA_V3_MIN_UNITS_DEN >= (int64_t)num_sms * MLA_V3_MIN_UNITS_NUM)
-    return DSA_MLA_KERNEL_V3;
+  if (a->num_heads >= MLA_V3_MIN_HEADS && units_v3 >= MLA_V3_MIN_UNITS) return DSA_MLA_KERNEL_V3;
   const int64_t groups = (a->num_heads + 31) / 32;
   if (a->kv_format == DSA_KV_FP8_PACKED && a->num_heads <= 64 && a->num_tokens >= 32 &&
       (int64_t)a->num_tokens * groups <= 2 * (int64_t)num_sms)
@@ -85,7 +100,7 @@ int dsa_mla_choose_kernel(const dsa_sparse_mla_args *a, int num_sms) {
  * those, the fewest waves x (blocks per split + 1) (+1 for the combine). */
 dsa_mla_plan dsa_mla_make_plan(const dsa_sparse_mla_args *a, int num_sms, int kernel) {
   if (kernel == DSA_MLA_KERNEL_SM90) return mla_plan_sm90(a, num_sms);
-  if (kernel == DSA_MLA_KERNEL_V3) return mla_plan_v3(a);
+  if (kernel == DSA_MLA_KERNEL_V3) return mla_plan_v3(a, num_sms);
   dsa_mla_plan pl;
   const int H = a->num_heads;
   pl.kernel = DSA_MLA_KERNEL_MMA;

@@ -82,6 +82,19 @@ __device__ __forceinline__ uint32_t ptx_e4m3x2_to_f16x2(uint16_t two) {
   asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"(two));
   return r;
 }
+/* Four e4m3 bytes (byte 0 = first value) -> two f16x2 (lo: bytes 0-1, hi: bytes 2-3), exact; the
+ * 16-bit halves go to cvt as register halves, with no shift (cvt, §9.7.9.21). */
+__device__ __forceinline__ void ptx_e4m3x4_to_f16x2x2(uint32_t four, uint32_t &lo, uint32_t &hi) {
+  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\ncvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(four));
+}
+/* bf16x2 product, rounded to nearest (mul, §9.7.4.2 half precision mul.rn.bf16x2). */
+__device__ __forceinline__ uint32_t ptx_mul_bf16x2(uint32_t a, uint32_t b) {
+  uint32_t r;
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
 /* f16x2 product, rounded to nearest (mul, §9.7.4.2 half precision mul.rn.f16x2). */
 __device__ __forceinline__ uint32_t ptx_mul_f16x2(uint32_t a, uint32_t b) {
   uint32_t r;

@@ -100,3 +100,17 @@ static __device__ __forceinline__ int mla_entry_slot(const int32_t *idx_row, int
   const int idx = __ldg(idx_row + e);
   return (idx >= 0 && (int64_t)idx < num_slots) ? idx : -1;
 }
+/* The same in two halves, for a loop that loads its entries one iteration ahead: the raw entry (-1
+ * past `end`) now, the range check where it is used, so the thread does not stall on the load. */
+static __device__ __forceinline__ int mla_entry_raw(const int32_t *idx_row, int e, int end) {
+  return e < end ? __ldg(idx_row + e) : -1;
+}
+/* One compare: a negative idx is >= 2^31 as unsigned, and num_slots <= 2^31 (mla_slots_cap). */
+static __device__ __forceinline__ int mla_slot_checked(int idx, int64_t num_slots) {
+  return (int64_t)(uint32_t)idx < num_slots ? idx : -1;
+}
+/* num_slots as a kernel using mla_slot_checked takes it: no int32 index reaches 2^31, so the cap
+ * changes no result. */
+static inline int64_t mla_slots_cap(int64_t num_slots) {
+  return num_slots < ((int64_t)1 << 31) ? num_slots : ((int64_t)1 << 31);
+}

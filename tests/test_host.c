@@ -217,19 +217,19 @@ static void test_sm_count(void) {
 }
 
 /* Which attention kernel a call runs: the per-shape choice (v3 for > 32 heads once tokens x
- * ceil(heads / 64) >= 4/9 of the SMs; else v2 for packed FP8 KV, <= 64 heads, >= 32 tokens, at most
+ * ceil(heads / 64) >= 8; else v2 for packed FP8 KV, <= 64 heads, >= 32 tokens, at most
  * two waves of 32-head CTAs; else v1), DSA_MLA_KERNEL overriding it; v2 and v3 plans take no
  * workspace (v2 even when it splits). */
 static void test_mla_kernel_choice(void) {
   static const struct {
     int tokens, heads, fp8, sms, want;
   } cases[] = {
-      {64, 16, 1, 132, 2},  {32, 64, 1, 132, 2},  {58, 64, 1, 132, 2},  {59, 64, 1, 132, 3},
+      {64, 16, 1, 132, 2},  {32, 64, 1, 132, 3},  {7, 64, 1, 132, 1},   {8, 64, 1, 132, 3},
       {64, 64, 1, 132, 3},  {64, 64, 0, 132, 3},  {1, 16, 1, 132, 1},   {31, 16, 1, 132, 1},
-      {32, 16, 1, 132, 2},  {16, 128, 1, 132, 1}, {29, 128, 1, 132, 1}, {30, 128, 1, 132, 3},
+      {32, 16, 1, 132, 2},  {3, 128, 1, 132, 1},  {4, 128, 1, 132, 3},  {30, 128, 1, 132, 3},
       {256, 64, 1, 132, 3}, {4096, 128, 0, 132, 3}, {264, 32, 1, 132, 2}, {265, 32, 1, 132, 1},
       {1000, 32, 0, 132, 1}, {64, 16, 0, 132, 1}, {64, 16, 1, 16, 1},  {8, 64, 1, 16, 3},
-      {1, 128, 0, 132, 1},
+      {1, 128, 0, 132, 1},  {7, 64, 0, 132, 1},
   };
   unsetenv("DSA_MLA_KERNEL");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -244,18 +244,34 @@ static void test_mla_kernel_choice(void) {
     check(st == DSA_OK && g_dsa_stub.violations == 0 && got == cases[i].want, name, "status %lld, got v%lld", st,
           got);
   }
-  /* overrides, and no workspace for a split v2 plan (1 token x 16 heads: a cluster of 8) or v3 */
+  /* overrides, and no workspace for a split v2 or v3 plan (1 token x 16 heads: clusters of 8) */
   const dsa_sparse_mla_args a = mla_args(1, 16, DSA_KV_FP8_PACKED);
   static const char *const names[3] = {"DSA_MLA_KERNEL=v1 forces v1 (split partials in the workspace)",
                                        "DSA_MLA_KERNEL=v2 forces v2 (a cluster of splits, no workspace)",
-                                       "DSA_MLA_KERNEL=v3 forces v3 (one CTA a token, no workspace)"};
+                                       "DSA_MLA_KERNEL=v3 forces v3 (a cluster of splits, no workspace)"};
   for (int v = 1; v <= 3; v++) {
     setenv("DSA_MLA_KERNEL", v == 1 ? "v1" : v == 2 ? "v2" : "v3", 1);
     size_t bound;
     const dsa_status st = mla_call(&a, 132, &bound);
     const int got = g_dsa_stub.mla_kernel;
-    check(st == DSA_OK && got == v && (v == 3) == (g_dsa_stub.mla_splits == 1) && (v == 1) == (g_dsa_stub.mla_need > 0),
-          names[v - 1], "status %lld, got v%lld", st, got);
+    check(st == DSA_OK && got == v && (v == 1 || g_dsa_stub.mla_splits == 8) && (v == 1) == (g_dsa_stub.mla_need > 0),
+          names[v - 1], "got v%lld, splits %lld", got, g_dsa_stub.mla_splits);
+  }
+  /* v3's splits: only below a wave of (token, 64-head) CTAs, fewest waves x (chunks per split + 1) */
+  static const struct {
+    int tokens, heads, sms, splits;
+  } v3s[] = {{64, 64, 132, 2}, {64, 128, 132, 1}, {128, 128, 132, 1}, {30, 128, 132, 2}, {8, 64, 132, 8},
+             {16, 64, 132, 4}, {32, 64, 132, 2}, {8, 64, 16, 2},    {1, 128, 132, 8},  {4096, 128, 132, 1}};
+  setenv("DSA_MLA_KERNEL", "v3", 1);
+  for (size_t i = 0; i < sizeof v3s / sizeof v3s[0]; i++) {
+    const dsa_sparse_mla_args b = mla_args(v3s[i].tokens, v3s[i].heads, DSA_KV_BF16);
+    size_t bound;
+    const dsa_status st = mla_call(&b, v3s[i].sms, &bound);
+    char name[160];
+    snprintf(name, sizeof name, "v3 splits for %d tokens x %d heads on %d SMs: %d", v3s[i].tokens, v3s[i].heads,
+             v3s[i].sms, v3s[i].splits);
+    check(st == DSA_OK && g_dsa_stub.mla_splits == v3s[i].splits && g_dsa_stub.mla_need == 0, name,
+          "splits %lld, workspace %lld", g_dsa_stub.mla_splits, (long long)g_dsa_stub.mla_need);
   }
   unsetenv("DSA_MLA_KERNEL");
   g_dsa_stub.num_sms = 132;

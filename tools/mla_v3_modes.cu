@@ -99,26 +99,32 @@ static void run(int fp8, int T, int H) {
     if (modes[m].mode == 2) continue;
     /* phase stamps of CTA 0 (the last launch's) */
     CK(cudaDeviceSynchronize());
-    long long tr[32][11];
+    unsigned tr[32][12];
     CK(cudaMemcpyFromSymbol(tr, g_v3_trace, sizeof tr));
-    double d[10] = {0};
+    double d[12] = {0};
     const int c0 = 4, c1 = 28;
     for (int c = c0; c < c1; ++c) {
-      d[0] += (double)(tr[c][0] - tr[c - 1][5]); /* wg0: waiting for the tile */
-      d[1] += (double)(tr[c][1] - tr[c][0]);     /* QK */
-      d[2] += (double)(tr[c][2] - tr[c][1]);     /* softmax */
-      d[3] += (double)(tr[c][3] - tr[c][2]);     /* waiting for warpgroup 1 to free P */
-      d[4] += (double)(tr[c][4] - tr[c][3]);     /* P to shared memory */
-      d[5] += (double)(tr[c][5] - tr[c][4]);     /* PV (own half) */
-      d[6] += (double)(tr[c][7] - tr[c][6]);     /* wg1: waiting for P */
-      d[7] += (double)(tr[c][8] - tr[c][7]);     /* wg1: PV */
-      d[8] += (double)(tr[c][10] - tr[c][9]);    /* producer: tile free -> published */
-      d[9] += (double)(tr[c][5] - tr[c - 1][5]); /* wg0: one chunk */
+      d[0] += (double)(int)(tr[c][0] - tr[c - 1][5]); /* wg0: waiting for the tile */
+      d[1] += (double)(int)(tr[c][1] - tr[c][0]);     /* QK */
+      d[2] += (double)(int)(tr[c][2] - tr[c][1]);     /* softmax */
+      d[3] += (double)(int)(tr[c][3] - tr[c][2]);     /* waiting for warpgroup 1 to free P */
+      d[4] += (double)(int)(tr[c][4] - tr[c][3]);     /* P to shared memory */
+      d[5] += (double)(int)(tr[c][5] - tr[c][4]);     /* PV (own half) */
+      d[6] += (double)(int)(tr[c][7] - tr[c][6]);     /* wg1: waiting for P */
+      d[7] += (double)(int)(tr[c][8] - tr[c][7]);     /* wg1: PV */
+      d[8] += (double)(int)(tr[c][10] - tr[c][9]);    /* producer: tile free -> published */
+      d[9] += (double)(int)(tr[c][5] - tr[c - 1][5]); /* wg0: one chunk */
+      if (fp8) {
+        d[10] += (double)(int)(tr[c][11] - tr[c][9]); /* producer: convert (and load the next rows) */
+        d[11] += (double)(int)(tr[c][10] - tr[c][11]); /* producer: wait for the rope, scale it */
+      }
     }
-    for (int i = 0; i < 10; ++i) d[i] /= (c1 - c0);
+    for (int i = 0; i < 12; ++i) d[i] /= (c1 - c0);
     printf("      CTA 0 cycles/chunk %.0f | wg0 wait tile %.0f, QK %.0f, softmax %.0f, wait P free %.0f, P store %.0f, "
-           "PV %.0f | wg1 wait P %.0f, PV %.0f | producer %.0f\n",
+           "PV %.0f | wg1 wait P %.0f, PV %.0f | producer %.0f",
            d[9], d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8]);
+    if (fp8) printf(" (convert %.0f, rope %.0f)", d[10], d[11]);
+    printf("\n");
   }
   CK(cudaFree(dkv));
   CK(cudaFree(dq));

@@ -2,7 +2,8 @@
  * launch.cu — runs an attention plan (plan.c) on the kernel version it names:
  *   v1 (v1_mma.cu)   mma.sync, split partials in the workspace + a combine kernel
  *   v2 (v2_sm90.cu)  wgmma, KV rows as M; the splits of a token form a cluster (no workspace)
- *   v3 (v3_sm90.cu)  wgmma, 64 heads as M; one CTA per (token, 64 heads) (no workspace)
+ *   v3 (v3_sm90.cu)  wgmma, 64 heads as M; CTAs of (token, 64 heads), split over a cluster below a
+ *                    wave (no workspace)
  */
 #include <cuda_runtime.h>
 
@@ -11,7 +12,14 @@
 extern "C" int dsa_sparse_mla_launch(const dsa_sparse_mla_args *a, const dsa_mla_plan *pl, void *workspace,
                                      cudaStream_t stream) {
   if (a->num_tokens <= 0) return 0;
-  if (pl->kernel == DSA_MLA_KERNEL_V3) return dsa_sparse_mla_v3_launch(a, pl, stream);
+  if (pl->kernel == DSA_MLA_KERNEL_V3) {
+    const int err = dsa_sparse_mla_v3_launch(a, pl, stream);
+    if (err != (int)cudaErrorInvalidClusterSize || pl->splits == 1) return err;
+    dsa_mla_plan whole = *pl; /* no cluster (as below; untested path): each CTA takes all its chunks */
+    whole.splits = 1;
+    whole.blocks_per_split = whole.num_blocks;
+    return dsa_sparse_mla_v3_launch(a, &whole, stream);
+  }
   if (pl->kernel == DSA_MLA_KERNEL_SM90) {
     const int err = dsa_sparse_mla_v2_launch(a, pl, stream);
     /* A cluster the device cannot form ("cluster misconfiguration", e.g. a partitioned GPU with

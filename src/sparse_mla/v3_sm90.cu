@@ -5,8 +5,10 @@
  *   s_i = softmax_scale * q[t,h,0:576] . k_idx[0:576],  out[t,h] = softmax(s) . v (v = k[0:512]),
  *   lse[t,h] = m + ln(sum exp(s_i - m)); no valid entry: out = 0, lse = -inf.
  *
- * One CTA = one token x 64 heads (heads past H are zero rows), all of the token's index entries in
- * chunks of 64 rows (no splits: for batches that fill the GPU; the library picks v1/v2 below that).
+ * One CTA = one token x 64 heads (heads past H are zero rows) x one split: the token's index entries
+ * in chunks of 64 rows, all of them, or below a wave of CTAs a contiguous share (splits = 2, 4, 8:
+ * the CTAs of a (token, group) form a cluster and merge their (m, l, O) through distributed shared
+ * memory in rank order, v3_merge_splits; no workspace).
  *   qk_tile  S[64 heads, 64 rows] = Q[64, 576] . K^T      wgmma m64n64k16; A = Q (no swizzle), B = the
  *                                                        tile (128-byte swizzle), both K-major
  *   pv_tile  O[64, 512] += P[64, 64] . V[64, 512]         four m64n256k16 k-steps per warpgroup on
@@ -57,6 +59,10 @@
 #define V3_COLF_OFF (V3_L_OFF + 64 * 4)          /* float [2][64]: FP8 rows' power-of-two factor 2^K */
 #define V3_QEXP_OFF (V3_COLF_OFF + 2 * 64 * 4)   /* float [64]: FP8 path's per-head q factor 2^e */
 #define V3_BAR_OFF (V3_QEXP_OFF + 64 * 4)        /* full[2], empty[2] */
+#define V3_ML_OFF V3_ALPHA_OFF /* splits, after the chunks: float2 [64] (m, l) over alpha and l */
+#define V3_OST_OFF V3_TILE_OFF /* splits, after the chunks: unnormalised O, fp32 [64][V3_OST] over the tiles */
+#define V3_OST 520             /* row stride (floats): a warp's float2 stores take the minimum 2 wavefronts */
+static_assert(64 * V3_OST * 4 <= 2 * V3_TILE, "O staging fits in the tiles");
 #define V3_SMEM_USED (V3_BAR_OFF + 32)
 #define V3_SMEM (V3_SMEM_USED + 1024) /* + slack to align the base to 1 KB (swizzle atoms) */
 static_assert(V3_SMEM <= 227 * 1024, "shared memory");
@@ -72,7 +78,7 @@ typedef struct {
   const __nv_bfloat16 *q; /* [T, H, 576] bf16 */
   const void *kv;         /* bf16 [num_slots, kv_stride] or packed FP8 [num_slots] x 656 B */
   int64_t kv_stride;      /* bf16: elements between rows (multiple of 8) */
-  int64_t num_slots;
+  int64_t num_slots;      /* capped at 2^31 (mla_slots_cap) */
   const int32_t *indices; /* [T, indices_stride] global slots */
   int64_t indices_stride;
   const int32_t *lens;    /* [T] or NULL */
@@ -80,7 +86,8 @@ typedef struct {
   float *lse;             /* [T, H] float32, or NULL */
   float scale_log2;       /* softmax_scale * log2(e) */
   int topk, num_heads;
-  int num_groups;         /* ceil(H / 64): CTAs per token */
+  int num_groups;         /* ceil(H / 64): head groups per token */
+  int splits;             /* CTAs per (token, group), one cluster, each a contiguous share of the chunks */
   int64_t token_offset;   /* first token of this launch (grids past 2^31 - 1 CTAs are cut) */
 #ifdef DSA_V3_MODES
   int mode; /* tools/mla_v3_modes.cu, bits: 1 no row loads, 2 no MMA / softmax */
@@ -88,13 +95,14 @@ typedef struct {
 } v3_params;
 #ifdef DSA_V3_MODES
 #define V3_MODE(p) ((p).mode)
-/* clock64 at phase boundaries of CTA 0, chunks < 32 (tools/mla_v3_modes.cu prints them):
- * 0 full seen, 1 QK done, 2 softmax done, 3 P free, 4 P stored (warpgroup 0), 5 PV done;
- * 6 full seen, 7 P ready, 8 PV done (warpgroup 1); 9 tile free, 10 chunk published (producer) */
-__device__ long long g_v3_trace[32][11];
-#define V3_STAMP(c, k)                                                                   \
-  do {                                                                                   \
-    if (blockIdx.x == 0 && (threadIdx.x & 127) == 0 && (c) < 32) g_v3_trace[c][k] = clock64(); \
+/* SM clock (32 bits: differences wrap correctly) at phase boundaries of CTA 0, chunks < 32
+ * (tools/mla_v3_modes.cu prints them): 0 full seen, 1 QK done, 2 softmax done, 3 P free, 4 P stored,
+ * 5 PV done (warpgroup 0); 6 full seen, 7 P ready, 8 PV done (warpgroup 1); 9 tile free,
+ * 10 chunk published, 11 FP8: rows converted (producer) */
+__device__ unsigned g_v3_trace[32][12];
+#define V3_STAMP(c, k)                                                                             \
+  do {                                                                                             \
+    if (blockIdx.x == 0 && (threadIdx.x & 127) == 0 && (c) < 32) g_v3_trace[c][k] = (unsigned)clock(); \
   } while (0)
 #else
 #define V3_MODE(p) 0
@@ -118,8 +126,9 @@ __device__ __forceinline__ void v3_store_fp8(uint32_t addr, uint32_t off_first, 
   uint32_t o[8];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    o[2 * i] = ptx_mul_f16x2(ptx_e4m3x2_to_f16x2((uint16_t)(w[i] & 0xFFFFu)), mult);
-    o[2 * i + 1] = ptx_mul_f16x2(ptx_e4m3x2_to_f16x2((uint16_t)(w[i] >> 16)), mult);
+    ptx_e4m3x4_to_f16x2x2(w[i], o[2 * i], o[2 * i + 1]);
+    o[2 * i] = ptx_mul_f16x2(o[2 * i], mult);
+    o[2 * i + 1] = ptx_mul_f16x2(o[2 * i + 1], mult);
   }
   ptx_st_shared_v4(addr + off_first, odd_first ? o[4] : o[0], odd_first ? o[5] : o[1], odd_first ? o[6] : o[2],
                    odd_first ? o[7] : o[3]);
@@ -133,7 +142,7 @@ typedef struct {
   int *valid_s;                                          /* [2][64] slot of each tile row, -1 = skipped */
   float *alpha_s, *l_s;                                  /* [64] per-head rescale of this chunk; final sums */
   const float *colf_s, *qexp_s;                          /* FP8: [2][64] row factors, [64] head factors */
-  int n, head0;                                          /* chunks; first head of this CTA */
+  int n, head0, splits;                                  /* chunks; first head of this CTA; CTAs a cluster */
   int64_t t;                                             /* token */
 } v3_ctx;
 
@@ -195,6 +204,16 @@ __device__ __forceinline__ void v3_store_out(const v3_params &p, const v3_ctx &x
 #pragma unroll
     for (int j = 0; j < 32; ++j)
       *(uint32_t *)(dst + 8 * j) = ptx_f32x2_to_bf16x2(o[4 * j + 2 * hf] * inv, o[4 * j + 2 * hf + 1] * inv);
+  }
+}
+
+/* Splits: this warpgroup's unnormalised O half to the staging area (the tiles, now free). */
+__device__ __forceinline__ void v3_stage_o(const v3_ctx &x, const float (&o)[128], int h0, int qd, int dbase) {
+  float *ost = (float *)__cvta_shared_to_generic(x.tile_u32); /* V3_OST_OFF */
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    *(float2 *)(ost + h0 * V3_OST + dbase + 8 * j + 2 * qd) = make_float2(o[4 * j], o[4 * j + 1]);
+    *(float2 *)(ost + (h0 + 8) * V3_OST + dbase + 8 * j + 2 * qd) = make_float2(o[4 * j + 2], o[4 * j + 3]);
   }
 }
 
@@ -309,6 +328,16 @@ __device__ __forceinline__ void v3_consumer_qk(const v3_params &p, const v3_ctx 
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  if (x.splits > 1) { /* (m, l) and O to shared memory for the cluster merge (v3_merge_splits) */
+    ptx_bar_sync(4, 256); /* warpgroup 1 has read its last alpha: (m, l) may overwrite it */
+    if (qd == 0) {
+      float2 *ml = (float2 *)x.alpha_s; /* V3_ML_OFF */
+      ml[h0] = make_float2(m0, l0);
+      ml[h0 + 8] = make_float2(m1, l1);
+    }
+    v3_stage_o(x, o, h0, qd, 0);
+    return;
+  }
   if (qd == 0) {
     x.l_s[h0] = l0;
     x.l_s[h0 + 8] = l1;
@@ -349,7 +378,54 @@ __device__ __forceinline__ void v3_consumer_pv(const v3_params &p, const v3_ctx 
     if (!(V3_MODE(p) & 2) && c + 1 < x.n) ptx_bar_sync(2, 256);
   }
   ptx_bar_sync(4, 256);
-  v3_store_out(p, x, o, h0, qd, 256);
+  if (x.splits > 1) v3_stage_o(x, o, h0, qd, 256);
+  else v3_store_out(p, x, o, h0, qd, 256);
+}
+
+/* Splits: merge the cluster's (m, l, O) through distributed shared memory, in rank order (the same
+ * bits whichever CTA computes them): rank r writes dims [r 512 / S, (r + 1) 512 / S) of every head of
+ * its group, and rank 0 the lse. A split without entries (l = 0) contributes nothing. Called by the
+ * 128 threads of warpgroup 0 between two cluster barriers. */
+template <int S>
+__device__ __forceinline__ void v3_merge_splits(const v3_params &p, uint32_t s_u32, int64_t t, int head0, int ctid) {
+  const int H = p.num_heads;
+  const uint32_t rank = ptx_cluster_ctarank();
+  constexpr int lq = 7 - (S == 8 ? 3 : S == 4 ? 2 : 1); /* log2 of the float4 columns a rank writes */
+  const int q4 = 1 << lq;
+#pragma unroll 4 /* several peers' round trips in flight a thread */
+  for (int u = ctid; u < (V3_HEADS << lq); u += 128) {
+    const int h = u >> lq, d = 4 * ((int)rank * q4 + (u & (q4 - 1)));
+    if (head0 + h >= H) continue;
+    float2 ml[S];
+    float4 ov[S];
+#pragma unroll
+    for (int r = 0; r < S; ++r) {
+      ml[r] = ptx_ld_cluster_f32x2(ptx_mapa(s_u32 + V3_ML_OFF + h * 8, r));
+      ov[r] = ptx_ld_cluster_f32x4(ptx_mapa(s_u32 + V3_OST_OFF + (h * V3_OST + d) * 4, r));
+    }
+    float M = -INFINITY;
+#pragma unroll
+    for (int r = 0; r < S; ++r)
+      if (ml[r].y > 0.f) M = fmaxf(M, ml[r].x);
+    float L = 0.f;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int r = 0; r < S; ++r)
+      if (ml[r].y > 0.f) {
+        const float wgt = ptx_ex2(ml[r].x - M);
+        L += wgt * ml[r].y;
+        acc.x += wgt * ov[r].x;
+        acc.y += wgt * ov[r].y;
+        acc.z += wgt * ov[r].z;
+        acc.w += wgt * ov[r].w;
+      }
+    const float inv = L > 0.f ? 1.f / L : 0.f;
+    uint2 packed;
+    packed.x = ptx_f32x2_to_bf16x2(acc.x * inv, acc.y * inv);
+    packed.y = ptx_f32x2_to_bf16x2(acc.z * inv, acc.w * inv);
+    *(uint2 *)(p.out + ((t * H + head0 + h) * 512 + d)) = packed;
+    if (p.lse && d == 0) p.lse[t * H + head0 + h] = mla_lse(M, L);
+  }
 }
 
 template <bool FP8>
@@ -366,8 +442,10 @@ __global__ void __launch_bounds__(V3_THREADS, 1) mla_v3_kernel(const v3_params p
   const uint32_t bar_full = s_u32 + V3_BAR_OFF, bar_empty = bar_full + 16;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int group = (int)(blockIdx.x % p.num_groups);
-  const int64_t t = p.token_offset + blockIdx.x / p.num_groups;
+  const int split = (int)(blockIdx.x % p.splits); /* = the rank in the cluster */
+  const int64_t unit = blockIdx.x / p.splits;
+  const int group = (int)(unit % p.num_groups);
+  const int64_t t = p.token_offset + unit / p.num_groups;
   const int head0 = group * V3_HEADS, H = p.num_heads;
 
   if (tid == 0) {
@@ -381,8 +459,12 @@ __global__ void __launch_bounds__(V3_THREADS, 1) mla_v3_kernel(const v3_params p
 
   int end = p.topk;
   if (p.lens) end = min(end, max(__ldg(p.lens + t), 0));
-  const int n = end > 0 ? (end + V3_ROWS - 1) / V3_ROWS : 0;
-  const int32_t *idx_row = p.indices + t * p.indices_stride;
+  const int n_all = end > 0 ? (end + V3_ROWS - 1) / V3_ROWS : 0;
+  /* this split's chunks: [c0, c0 + n) of the token's n_all; entries counted from c0's first */
+  const int per = (n_all + p.splits - 1) / p.splits, c0 = split * per;
+  const int n = max(0, min(per, n_all - c0));
+  end = min(end - c0 * V3_ROWS, n * V3_ROWS);
+  const int32_t *idx_row = p.indices + t * p.indices_stride + (int64_t)c0 * V3_ROWS;
 
   if (warp >= 8) {
     /* ================= producer: gather rows into the tile ring =================
@@ -415,6 +497,7 @@ __global__ void __launch_bounds__(V3_THREADS, 1) mla_v3_kernel(const v3_params p
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           const int r = 16 * w + 4 * q + r4;
+          slot[q] = mla_slot_checked(slot[q], p.num_slots); /* loaded an iteration ago */
           if (pl == 0) valid_s[b * V3_ROWS + r] = slot[q];
           if (!(V3_MODE(p) & 1)) {
             const __nv_bfloat16 *src =
@@ -426,7 +509,7 @@ __global__ void __launch_bounds__(V3_THREADS, 1) mla_v3_kernel(const v3_params p
         }
         ptx_cp_async_commit();
 #pragma unroll
-        for (int q = 0; q < 4; ++q) slot[q] = mla_entry_slot(idx_row, (c + 1) * V3_ROWS + 16 * w + 4 * q + r4, end, p.num_slots);
+        for (int q = 0; q < 4; ++q) slot[q] = mla_entry_raw(idx_row, (c + 1) * V3_ROWS + 16 * w + 4 * q + r4, end);
         if (!published) { /* chunk c-1 has landed: publish it (chunk c stays in flight) */
           ptx_cp_async_wait<1>();
           ptx_fence_proxy_async_smem();
@@ -457,7 +540,7 @@ __global__ void __launch_bounds__(V3_THREADS, 1) mla_v3_kernel(const v3_params p
         for (int j = 0; j < 4; ++j)
           pay[q][j] = (slot[q] >= 0 && !(V3_MODE(p) & 1)) ? ptx_ld_nc_v4(row + 128 * j + 16 * pl) : make_uint4(0, 0, 0, 0);
         sc[q] = slot[q] >= 0 ? __ldg((const float *)(row + 512) + (pl & 3)) : 0.f;
-        nslot[q] = mla_entry_slot(idx_row, V3_ROWS + 16 * w + 4 * q + r4, end, p.num_slots);
+        nslot[q] = mla_entry_raw(idx_row, V3_ROWS + 16 * w + 4 * q + r4, end);
       }
       for (int c = 0; c < n; ++c) {
         const int b = c & 1;
@@ -471,7 +554,7 @@ __global__ void __launch_bounds__(V3_THREADS, 1) mla_v3_kernel(const v3_params p
           ptx_cp_async_16(tile + v3_tile_off(16 * w + 4 * q + r4, 64 + pl), row + 528 + 16 * pl, slot[q] >= 0 ? 16 : 0);
         }
         ptx_cp_async_commit();
-        float fq[4]; /* 2^-K_r of each of this lane's rows */
+        uint32_t fq[4]; /* 2^-K_r of each of this lane's rows, bf16x2 */
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           const int r = 16 * w + 4 * q + r4;
@@ -483,7 +566,7 @@ __global__ void __launch_bounds__(V3_THREADS, 1) mla_v3_kernel(const v3_params p
           K = max(K, __shfl_xor_sync(0xffffffffu, K, 2));
           K = min(max(K, -100), 100);
           const float f = v3_pow2(-K);
-          fq[q] = f;
+          fq[q] = ptx_f32x2_to_bf16x2(f, f);
           const uint32_t mult_mine = ptx_f32x2_to_f16x2(sc[q] * f, sc[q] * f);
           if (pl == 0) {
             valid_s[b * V3_ROWS + r] = slot[q];
@@ -500,30 +583,32 @@ __global__ void __launch_bounds__(V3_THREADS, 1) mla_v3_kernel(const v3_params p
             v3_store_fp8(addr + 2 * j * V3_SEG, odd_first ? off_o : off_e, odd_first ? off_e : off_o, odd_first, pay[q][j],
                          __shfl_sync(0xffffffffu, mult_mine, (lane & 0x18) | j));
           /* this row's registers are free: load the next chunk's row */
+          nslot[q] = mla_slot_checked(nslot[q], p.num_slots); /* loaded an iteration ago */
           const uint8_t *nrow = kvb + (int64_t)(nslot[q] >= 0 ? nslot[q] : 0) * V3_FP8_ROW;
 #pragma unroll
           for (int j = 0; j < 4; ++j)
             pay[q][j] = (nslot[q] >= 0 && !(V3_MODE(p) & 1)) ? ptx_ld_nc_v4(nrow + 128 * j + 16 * pl) : make_uint4(0, 0, 0, 0);
           sc[q] = nslot[q] >= 0 ? __ldg((const float *)(nrow + 512) + (pl & 3)) : 0.f;
           slot[q] = nslot[q];
-          nslot[q] = mla_entry_slot(idx_row, (c + 2) * V3_ROWS + 16 * w + 4 * q + r4, end, p.num_slots);
+          nslot[q] = mla_entry_raw(idx_row, (c + 2) * V3_ROWS + 16 * w + 4 * q + r4, end); /* checked when used */
         }
+        V3_STAMP(c, 11);
         ptx_cp_async_wait<0>();
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           const uint32_t a = tile + v3_tile_off(16 * w + 4 * q + r4, 64 + pl);
-          const uint4 v = ptx_ld_shared_v4(a);
-          const uint32_t ru[4] = {v.x, v.y, v.z, v.w};
-          uint32_t rh[4];
-#pragma unroll
-          for (int k = 0; k < 4; ++k)
-            rh[k] = ptx_f32x2_to_bf16x2(__uint_as_float(ru[k] << 16) * fq[q], __uint_as_float(ru[k] & 0xFFFF0000u) * fq[q]);
-          ptx_st_shared_v4(a, rh[0], rh[1], rh[2], rh[3]);
+          const uint4 v = ptx_ld_shared_v4(a); /* bf16 x 2^-K_r: exact */
+          ptx_st_shared_v4(a, ptx_mul_bf16x2(v.x, fq[q]), ptx_mul_bf16x2(v.y, fq[q]), ptx_mul_bf16x2(v.z, fq[q]),
+                           ptx_mul_bf16x2(v.w, fq[q]));
         }
         ptx_fence_proxy_async_smem();
         ptx_mbar_arrive(bar_full + 8 * b);
         V3_STAMP(c, 10);
       }
+    }
+    if (p.splits > 1) { /* the merge's two cluster barriers count every thread */
+      ptx_cluster_sync();
+      ptx_cluster_sync();
     }
     return;
   }
@@ -587,13 +672,25 @@ __global__ void __launch_bounds__(V3_THREADS, 1) mla_v3_kernel(const v3_params p
   x.qexp_s = qexp_s;
   x.n = n;
   x.head0 = head0;
+  x.splits = p.splits;
   x.t = t;
   if (cw == 0) {
     ptx_setmaxnreg_inc<V3_REG_QK(FP8)>(); /* O half, S and the softmax */
     v3_consumer_qk<FP8>(p, x, warp & 3, lane);
+    if (p.splits > 1) { /* warpgroup 0 merges; warpgroup 1 only joins the cluster barriers */
+      ptx_cluster_sync(); /* every CTA of the (token, group) has its (m, l, O) staged */
+      if (p.splits == 2) v3_merge_splits<2>(p, s_u32, t, head0, tid);
+      else if (p.splits == 4) v3_merge_splits<4>(p, s_u32, t, head0, tid);
+      else v3_merge_splits<8>(p, s_u32, t, head0, tid);
+      ptx_cluster_sync(); /* peers may still read this CTA's staging */
+    }
   } else {
     if (V3_REG_PV(FP8) > 168) ptx_setmaxnreg_inc<(V3_REG_PV(FP8) > 168 ? V3_REG_PV(FP8) : 168)>();
     v3_consumer_pv<FP8>(p, x, warp & 3, lane);
+    if (p.splits > 1) {
+      ptx_cluster_sync();
+      ptx_cluster_sync();
+    }
   }
 }
 
@@ -607,12 +704,14 @@ static int g_v3_mode; /* set by tools/mla_v3_modes.cu */
 template <bool FP8>
 static cudaError_t v3_launch(v3_params prm, int64_t num_tokens, cudaStream_t stream) {
   static dsa_smem_cache cache;
-  const int64_t max_tokens = (int64_t)0x7fffffff / prm.num_groups; /* gridDim.x limit */
+  const int64_t max_tokens = (int64_t)0x7fffffff / (prm.num_groups * prm.splits); /* gridDim.x limit */
   for (int64_t t0 = 0; t0 < num_tokens; t0 += max_tokens) {
     const int64_t nt = num_tokens - t0 < max_tokens ? num_tokens - t0 : max_tokens;
     prm.token_offset = t0;
-    const cudaError_t err = dsa_launch_smem(mla_v3_kernel<FP8>, &cache, dim3((unsigned)(nt * prm.num_groups)),
-                                            V3_THREADS, V3_SMEM, stream, true, prm);
+    /* the splits of a (token, group) are adjacent CTAs: one cluster */
+    const cudaError_t err = dsa_launch_smem_cluster(
+        mla_v3_kernel<FP8>, &cache, dim3((unsigned)(nt * prm.num_groups * prm.splits)), V3_THREADS, V3_SMEM, stream,
+        true, prm.splits > 1 ? (unsigned)prm.splits : 0u, prm);
     if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -624,7 +723,7 @@ extern "C" int dsa_sparse_mla_v3_launch(const dsa_sparse_mla_args *a, const dsa_
   prm.q = (const __nv_bfloat16 *)a->q;
   prm.kv = a->kv_cache;
   prm.kv_stride = a->kv_stride;
-  prm.num_slots = a->num_slots;
+  prm.num_slots = mla_slots_cap(a->num_slots);
   prm.indices = a->indices;
   prm.indices_stride = a->indices_stride;
   prm.lens = a->lens;
@@ -634,6 +733,7 @@ extern "C" int dsa_sparse_mla_v3_launch(const dsa_sparse_mla_args *a, const dsa_
   prm.topk = a->topk;
   prm.num_heads = a->num_heads;
   prm.num_groups = pl->groups;
+  prm.splits = pl->splits;
   prm.token_offset = 0;
 #ifdef DSA_V3_MODES
   prm.mode = g_v3_mode;

@@ -208,12 +208,12 @@ int dsa_sparse_mla_launch(const dsa_sparse_mla_args *a, const dsa_mla_plan *pl, 
           "mla kv_stride %lld", (long long)a->kv_stride);
   REQUIRE(pl->kernel == DSA_MLA_KERNEL_MMA || pl->kernel == DSA_MLA_KERNEL_SM90 || pl->kernel == DSA_MLA_KERNEL_V3,
           "mla plan kernel %d", pl->kernel);
-  REQUIRE(pl->kernel == DSA_MLA_KERNEL_V3 ? pl->mt == 4 && pl->splits == 1
+  REQUIRE(pl->kernel == DSA_MLA_KERNEL_V3 ? pl->mt == 4
                                          : pl->mt == 1 || pl->mt == 2 || (pl->mt == 4 && pl->kernel == DSA_MLA_KERNEL_MMA),
           "mla plan mt %d", pl->mt);
-  REQUIRE(pl->kernel != DSA_MLA_KERNEL_SM90 || pl->splits == 1 || pl->splits == 2 || pl->splits == 4 ||
+  REQUIRE(pl->kernel == DSA_MLA_KERNEL_MMA || pl->splits == 1 || pl->splits == 2 || pl->splits == 4 ||
               pl->splits == 8,
-          "mla v2 cluster of %d", pl->splits);
+          "mla v2 / v3 cluster of %d", pl->splits);
   REQUIRE((int64_t)pl->groups * 16 * pl->mt >= a->num_heads, "mla plan covers %d heads of %d", pl->groups * 16 * pl->mt,
           a->num_heads);
   REQUIRE(pl->splits >= 1 && pl->splits <= pl->num_blocks && pl->blocks_per_split * pl->splits >= pl->num_blocks,
