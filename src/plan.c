@@ -94,23 +94,18 @@ int dsa_mla_choose_kernel(const dsa_sparse_mla_args *a, int num_sms) {
   return DSA_MLA_KERNEL_MMA;
 }
 
-/* v1: heads per CTA up to 64 with FP8 KV, 32 with bf16 KV (two bf16 tiles + 64 Q rows exceed 227 KB).
- * Splits: only while the grid is under one wave (one resident CTA per SM: every configuration
+/* v1: heads per CTA (16 mt) up to 64 with FP8 KV, 32 with bf16 KV (two bf16 tiles + 64 Q rows exceed
+ * 227 KB). Splits: only while the grid is under one wave (one resident CTA per SM: every configuration
  * uses > 114 KB of shared memory) and at most 2 CTAs per SM in all (bounds the workspace); among
  * those, the fewest waves x (blocks per split + 1) (+1 for the combine). */
-dsa_mla_plan dsa_mla_make_plan(const dsa_sparse_mla_args *a, int num_sms, int kernel) {
-  if (kernel == DSA_MLA_KERNEL_SM90) return mla_plan_sm90(a, num_sms);
-  if (kernel == DSA_MLA_KERNEL_V3) return mla_plan_v3(a, num_sms);
+static dsa_mla_plan mla_plan_v1(const dsa_sparse_mla_args *a, int num_sms, int mt) {
   dsa_mla_plan pl;
-  const int H = a->num_heads;
   pl.kernel = DSA_MLA_KERNEL_MMA;
-  pl.mt = H <= 16 ? 1 : ((H <= 32 || a->kv_format != DSA_KV_FP8_PACKED) ? 2 : 4);
-  pl.groups = (H + 16 * pl.mt - 1) / (16 * pl.mt);
+  pl.mt = mt;
+  pl.groups = (a->num_heads + 16 * mt - 1) / (16 * mt);
   pl.num_blocks = (a->topk + MLA_BLOCK_N - 1) / MLA_BLOCK_N;
   pl.splits = 1;
   pl.blocks_per_split = pl.num_blocks;
-  if (num_sms < 1) num_sms = 1;
-  if (num_sms > DSA_PLAN_MAX_SMS) num_sms = DSA_PLAN_MAX_SMS;
   const int64_t units = (int64_t)(a->num_tokens > 0 ? a->num_tokens : 1) * pl.groups;
   const int64_t slots = num_sms;
   if (units >= slots) return pl;
@@ -130,6 +125,43 @@ dsa_mla_plan dsa_mla_make_plan(const dsa_sparse_mla_args *a, int num_sms, int ke
   return pl;
 }
 
+/* Largest v1 head tile (m-tiles of 16) for a call: 4 with FP8 KV, 2 with bf16, never wider than the
+ * heads need. */
+static int mla_v1_max_mt(const dsa_sparse_mla_args *a) {
+  const int cap = a->kv_format == DSA_KV_FP8_PACKED ? 4 : 2;
+  int mt = 1;
+  while (mt < cap && 16 * mt < a->num_heads) mt *= 2;
+  return mt;
+}
+
+/* Relative time of one 64-entry chunk at mt m-tiles (mt = 1: 2), from the one-token traces
+ * (tools/trace_mla_v1.cu, docs/PERF.md): a CTA of 64 heads takes about twice a CTA of 16. */
+static int64_t mla_v1_chunk_weight(int mt) { return mt == 1 ? 2 : mt == 2 ? 3 : 4; }
+
+dsa_mla_plan dsa_mla_make_plan(const dsa_sparse_mla_args *a, int num_sms, int kernel) {
+  if (kernel == DSA_MLA_KERNEL_SM90) return mla_plan_sm90(a, num_sms);
+  if (kernel == DSA_MLA_KERNEL_V3) return mla_plan_v3(a, num_sms);
+  if (num_sms < 1) num_sms = 1;
+  if (num_sms > DSA_PLAN_MAX_SMS) num_sms = DSA_PLAN_MAX_SMS;
+  const int max_mt = mla_v1_max_mt(a);
+  dsa_mla_plan best = mla_plan_v1(a, num_sms, max_mt);
+  if (best.splits == 1) return best; /* a wave or more of CTAs at the widest tile: no split */
+  /* Under a wave (a few tokens): narrower head tiles give more, shorter CTAs. Cost in half-chunks of
+   * a 16-head CTA: waves x (blocks per split x chunk weight + 2) + 1 for the combine. */
+  int64_t best_cost = INT64_MAX;
+  for (int mt = max_mt; mt >= 1; mt /= 2) {
+    const dsa_mla_plan pl = mla_plan_v1(a, num_sms, mt);
+    const int64_t units = (int64_t)(a->num_tokens > 0 ? a->num_tokens : 1) * pl.groups;
+    const int64_t waves = (units * pl.splits + num_sms - 1) / num_sms;
+    const int64_t cost = waves * (pl.blocks_per_split * mla_v1_chunk_weight(mt) + 2) + (pl.splits > 1 ? 1 : 0);
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = pl;
+    }
+  }
+  return best;
+}
+
 /* o_part [splits, T, H, 512] fp32, then ml_part [splits, T, H] float2. */
 static size_t mla_split_bytes(const dsa_sparse_mla_args *a, int64_t splits) {
   return (size_t)splits * (size_t)a->num_tokens * (size_t)a->num_heads *
@@ -142,10 +174,11 @@ size_t dsa_mla_plan_workspace(const dsa_sparse_mla_args *a, const dsa_mla_plan *
 }
 
 /* Any plan for s <= DSA_PLAN_MAX_SMS SMs splits only when units < s, and then into at most
- * 2 s / units (and num_blocks) pieces: that many splits is an upper bound for every device. */
+ * 2 s / units (and num_blocks) pieces, units counted at the widest head tile (the fewest): that many
+ * splits is an upper bound for every device and tile. */
 size_t dsa_mla_workspace_bound(const dsa_sparse_mla_args *a) {
   if (a->num_tokens <= 0) return 0;
-  const dsa_mla_plan pl = dsa_mla_make_plan(a, DSA_PLAN_MAX_SMS, DSA_MLA_KERNEL_MMA); /* v2, v3 need none */
+  const dsa_mla_plan pl = mla_plan_v1(a, DSA_PLAN_MAX_SMS, mla_v1_max_mt(a)); /* v2, v3 need none */
   const int64_t units = (int64_t)a->num_tokens * pl.groups;
   if (units >= DSA_PLAN_MAX_SMS) return 0;
   int64_t splits = 2 * DSA_PLAN_MAX_SMS / units;

@@ -89,6 +89,20 @@ __device__ __forceinline__ void ptx_e4m3x4_to_f16x2x2(uint32_t four, uint32_t &l
       : "=r"(lo), "=r"(hi)
       : "r"(four));
 }
+/* Byte permute (prmt, §9.7.8.7 prmt.b32, default mode): result byte i = the byte of {b, a} that
+ * selector nibble i names (low 3 bits), or that byte's sign replicated when the nibble's bit 3 is set. */
+__device__ __forceinline__ uint32_t ptx_prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+/* Two e4m3 bytes of `four` (sel 0x9180: bytes 0-1; 0xb3a2: bytes 2-3) -> bf16x2 holding value * 2^-120,
+ * exact with no conversion instruction: byte s.eeee.mmm becomes bf16 s.0000eeee.mmm0000 (an e4m3
+ * subnormal lands on a bf16 subnormal, the same 2^-120 apart). The e4m3 NaN codes come out finite.
+ * prmt puts [sign-fill, byte] in each 16-bit lane; the shift and mask keep sign, exponent, mantissa. */
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2_pow2m120(uint32_t four, uint32_t sel) {
+  return (ptx_prmt(four, 0u, sel) << 4) & 0x87f087f0u;
+}
 /* bf16x2 product, rounded to nearest (mul, §9.7.4.2 half precision mul.rn.bf16x2). */
 __device__ __forceinline__ uint32_t ptx_mul_bf16x2(uint32_t a, uint32_t b) {
   uint32_t r;

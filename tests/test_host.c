@@ -257,6 +257,25 @@ static void test_mla_kernel_choice(void) {
     check(st == DSA_OK && got == v && (v == 1 || g_dsa_stub.mla_splits == 8) && (v == 1) == (g_dsa_stub.mla_need > 0),
           names[v - 1], "got v%lld, splits %lld", got, g_dsa_stub.mla_splits);
   }
+  /* v1's head tile: under a wave of CTAs, narrower tiles when more, shorter CTAs still fit a wave
+   * (a 64-head CTA takes about twice a 16-head one); the workspace bound holds for every tile */
+  static const struct {
+    int tokens, heads, fp8, sms, mt, splits;
+  } v1s[] = {{1, 16, 1, 132, 1, 32}, {1, 64, 1, 132, 1, 32}, {1, 128, 1, 132, 2, 32}, {2, 64, 1, 132, 2, 32},
+             {4, 64, 1, 132, 4, 32}, {1, 128, 0, 132, 2, 32}, {1, 64, 1, 16, 4, 16}, {300, 64, 1, 132, 4, 1}};
+  setenv("DSA_MLA_KERNEL", "v1", 1);
+  for (size_t i = 0; i < sizeof v1s / sizeof v1s[0]; i++) {
+    const dsa_sparse_mla_args b =
+        mla_args(v1s[i].tokens, v1s[i].heads, v1s[i].fp8 ? DSA_KV_FP8_PACKED : DSA_KV_BF16);
+    size_t bound;
+    const dsa_status st = mla_call(&b, v1s[i].sms, &bound);
+    char name[160];
+    snprintf(name, sizeof name, "v1 plan for %d tokens x %d heads, %s KV, %d SMs: %d heads a CTA, %d splits",
+             v1s[i].tokens, v1s[i].heads, v1s[i].fp8 ? "FP8" : "bf16", v1s[i].sms, 16 * v1s[i].mt, v1s[i].splits);
+    check(st == DSA_OK && g_dsa_stub.violations == 0 && g_dsa_stub.mla_mt == v1s[i].mt &&
+              g_dsa_stub.mla_splits == v1s[i].splits,
+          name, "mt %lld, splits %lld", st == DSA_OK ? g_dsa_stub.mla_mt : -st, g_dsa_stub.mla_splits);
+  }
   /* v3's splits: only below a wave of (token, 64-head) CTAs, fewest waves x (chunks per split + 1) */
   static const struct {
     int tokens, heads, sms, splits;

@@ -64,6 +64,36 @@
 #define MLA_SROW 72              /* floats per S row in shared memory (64 + 8: conflict-free float2) */
 #define MLA_NEG_INF (-INFINITY)
 
+/* Development trace (tools/trace_mla_v1.cu builds this file with DSA_V1_TRACE): thread 0 of each CTA
+ * stores %globaltimer (ns, one clock for all SMs) at the phase boundaries; off in the library. */
+#ifdef DSA_V1_TRACE
+__device__ unsigned long long g_v1_trace[4096 * 16];
+__device__ unsigned long long g_v1_ctrace[1024 * 4];
+#define V1_TRACE(i)                                                                          \
+  do {                                                                                       \
+    if (threadIdx.x == 0 && blockIdx.x < 4096) {                                             \
+      unsigned long long t_;                                                                 \
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                 \
+      g_v1_trace[blockIdx.x * 16 + (i)] = t_;                                                \
+    }                                                                                        \
+  } while (0)
+#define V1_CTRACE(i)                                                                         \
+  do {                                                                                       \
+    if (threadIdx.x == 0 && blockIdx.x < 1024) {                                             \
+      unsigned long long t_;                                                                 \
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                 \
+      g_v1_ctrace[blockIdx.x * 4 + (i)] = t_;                                                \
+    }                                                                                        \
+  } while (0)
+#else
+#define V1_TRACE(i) \
+  do {              \
+  } while (0)
+#define V1_CTRACE(i) \
+  do {               \
+  } while (0)
+#endif
+
 /* ---------------------------------------------------------------------------------------------
  * Compile-time tile configuration: MT m-tiles of 16 heads, FP8 or bf16 KV.
  */
@@ -124,13 +154,6 @@ __device__ __forceinline__ uint32_t tile_off(int r, int c) {
 }
 
 /* Two fp8-e4m3 (low byte first) as a packed bf16 pair: exact (e4m3 -> f16 -> f32 -> bf16). */
-__device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t two_bytes) {
-  __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two_bytes, __NV_E4M3);
-  float2 f = __half22float2(*(const __half2 *)&h);
-  __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
-  return *(const uint32_t *)&b;
-}
-
 __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   __nv_bfloat162 r = __hmul2(*(const __nv_bfloat162 *)&a, *(const __nv_bfloat162 *)&b);
   return *(const uint32_t *)&r;
@@ -170,7 +193,9 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) sparse_mla_fwd_kernel(const ml
   const int H = p.num_heads;
   const int head0 = group * HG;
 
+  V1_TRACE(0);
   ptx_griddep_wait(); /* inputs may come from the previous kernel in the stream */
+  V1_TRACE(1);
 
   /* Entries [begin, end) of the index row belong to this CTA. */
   const int blk0 = split * p.blocks_per_split;
@@ -201,6 +226,7 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) sparse_mla_fwd_kernel(const ml
     idx_s[MLA_BLOCK_N + tid] = slot1;
   }
   __syncthreads();
+  V1_TRACE(2);
 
   /* Gather chunk `chunk` (its slots are in idx_s) into the tile (bf16) or staging (FP8) buffer. */
   auto gather = [&](int chunk) {
@@ -242,6 +268,7 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) sparse_mla_fwd_kernel(const ml
     for (int s = 0; s < C::KSTEPS; ++s)
       ptx_ldmatrix_x4(qfrag[C::Q_REGS ? s : 0], q_u32 + tile_off(r, 2 * (s_kq * C::KSTEPS + s) + (lane >> 4)));
   }
+  V1_TRACE(3);
 
   /* Softmax role: one head row, ROW_THREADS threads per row (adjacent lanes). */
   const int sm_row = tid / C::ROW_THREADS;
@@ -259,26 +286,46 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) sparse_mla_fwd_kernel(const ml
   for (int c = 0; c < nchunks; ++c) {
     ptx_cp_async_wait<0>();
     __syncthreads(); /* chunk c landed; chunk c-1's PV phase is done with P and the tiles */
+    if (c == 0) V1_TRACE(4);
 
     if (FP8) {
       /* Unpack: 64 rows x 72 chunks of 8 values. The latent stays unscaled (fp8 -> bf16 is exact):
        * S applies the group scales in fp32 (an fp8*scale rounded to bf16 would cost ~1e-3 in lse),
-       * PV folds them into P. Rope is copied. */
-#pragma unroll 2
-      for (int x = tid; x < MLA_BLOCK_N * MLA_ROW_CHUNKS; x += MLA_THREADS) {
-        const int r = x / MLA_ROW_CHUNKS, ch = x - r * MLA_ROW_CHUNKS;
-        const uint8_t *srow = stage + r * MLA_FP8_ROW_BYTES;
-        uint4 v;
-        if (ch < 64) {
-          const uint2 raw = *(const uint2 *)(srow + ch * 8);
-          v.x = fp8x2_to_bf16x2(raw.x & 0xffffu);
-          v.y = fp8x2_to_bf16x2(raw.x >> 16);
-          v.z = fp8x2_to_bf16x2(raw.y & 0xffffu);
-          v.w = fp8x2_to_bf16x2(raw.y >> 16);
-        } else {
-          v = *(const uint4 *)(srow + MLA_FP8_ROPE_OFF + (ch - 64) * 16);
+       * PV folds them into P. Rope is copied. Each thread reads its 18 chunks in 3 batches of 6 (the
+       * reads in flight together) and converts by byte permutes and one exact bf16x2 multiply by
+       * 2^120 a pair: the conversion-unit path (e4m3 -> f16 -> f32 -> bf16) took 1.7 us a chunk. */
+      constexpr int UNPACK_ITERS = MLA_BLOCK_N * MLA_ROW_CHUNKS / MLA_THREADS;
+      static_assert(UNPACK_ITERS * MLA_THREADS == MLA_BLOCK_N * MLA_ROW_CHUNKS && UNPACK_ITERS % 6 == 0,
+                    "unpack batches");
+      const uint32_t two_pow120 = 0x7b807b80u; /* bf16x2 (2^120, 2^120) */
+#pragma unroll
+      for (int b0 = 0; b0 < UNPACK_ITERS; b0 += 6) {
+        uint4 raw[6];
+#pragma unroll
+        for (int i = 0; i < 6; ++i) {
+          const int x = tid + (b0 + i) * MLA_THREADS;
+          const int r = x / MLA_ROW_CHUNKS, ch = x - r * MLA_ROW_CHUNKS;
+          const uint8_t *srow = stage + r * MLA_FP8_ROW_BYTES;
+          if (ch < 64) {
+            const uint2 lat = *(const uint2 *)(srow + ch * 8);
+            raw[i] = make_uint4(lat.x, lat.y, 0u, 0u);
+          } else {
+            raw[i] = *(const uint4 *)(srow + MLA_FP8_ROPE_OFF + (ch - 64) * 16);
+          }
         }
-        *(uint4 *)(smem + C::TILE_OFF + tile_off(r, ch)) = v;
+#pragma unroll
+        for (int i = 0; i < 6; ++i) {
+          const int x = tid + (b0 + i) * MLA_THREADS;
+          const int r = x / MLA_ROW_CHUNKS, ch = x - r * MLA_ROW_CHUNKS;
+          uint4 v = raw[i];
+          if (ch < 64) {
+            v.x = ptx_mul_bf16x2(e4m3x2_to_bf16x2_pow2m120(raw[i].x, 0x9180u), two_pow120);
+            v.y = ptx_mul_bf16x2(e4m3x2_to_bf16x2_pow2m120(raw[i].x, 0xb3a2u), two_pow120);
+            v.z = ptx_mul_bf16x2(e4m3x2_to_bf16x2_pow2m120(raw[i].y, 0x9180u), two_pow120);
+            v.w = ptx_mul_bf16x2(e4m3x2_to_bf16x2_pow2m120(raw[i].y, 0xb3a2u), two_pow120);
+          }
+          *(uint4 *)(smem + C::TILE_OFF + tile_off(r, ch)) = v;
+        }
       }
       { /* scales: fp32 per (group, key) for S; bf16 pairs of adjacent keys for P */
         const int grp = tid >> 6, r = tid & 63;
@@ -292,6 +339,7 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) sparse_mla_fwd_kernel(const ml
         }
       }
       __syncthreads(); /* tile ready, staging free */
+      if (c == 0) V1_TRACE(5);
     }
 
     if (c + 1 < nchunks) gather(c + 1);
@@ -364,6 +412,7 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) sparse_mla_fwd_kernel(const ml
       }
     }
     __syncthreads(); /* S partials complete */
+    if (c == 0) V1_TRACE(6);
 
     /* ---- online softmax of one head row (ROW_THREADS threads, ROW_GROUPS x 4 keys each) ---- */
     {
@@ -416,6 +465,7 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) sparse_mla_fwd_kernel(const ml
       if (sm_part == 0) alpha_s[sm_row] = alpha;
     }
     __syncthreads(); /* P and alpha ready */
+    if (c == 0) V1_TRACE(7);
 
     /* ---- PV phase: O[:, 64w : 64w+64] = alpha * O + P . V ---- */
     {
@@ -468,6 +518,7 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) sparse_mla_fwd_kernel(const ml
     if (tid < MLA_BLOCK_N) idx_s[((c + 2) % 3) * MLA_BLOCK_N + tid] = next_slot;
   }
 
+  V1_TRACE(8);
   ptx_griddep_launch_dependents(); /* the combine kernel may start its launch */
   ptx_cp_async_wait<0>();
 
@@ -528,6 +579,7 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) sparse_mla_fwd_kernel(const ml
     if (tid < HG && head0 + tid < H)
       p.ml_part[prow0 + head0 + tid] = make_float2(row_m_s[tid], row_l_s[tid]);
   }
+  V1_TRACE(9);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -543,9 +595,21 @@ __global__ void __launch_bounds__(MLA_COMBINE_THREADS) sparse_mla_combine_kernel
   __shared__ float w_s[32];
   __shared__ float inv_l_s;
   __shared__ float4 half_s[MLA_V_DIM / 4];
+  V1_CTRACE(0);
   ptx_griddep_wait(); /* partials come from the attention kernel */
+  V1_CTRACE(1);
   const int64_t r = blockIdx.x;
   const int tid = threadIdx.x;
+  /* The partial O loads go out first, beside the (m, l) loads: both are one L2 round trip, and the
+   * weights only select and scale what has landed. */
+  const int col = tid & (MLA_V_DIM / 4 - 1), half = tid >> 7;
+  float4 v[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const int s = 2 * i + half;
+    v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (s < splits) v[i] = __ldcs((const float4 *)(o_part + ((int64_t)s * rows + r) * MLA_V_DIM) + col);
+  }
   if (tid < 32) {
     float m = MLA_NEG_INF, l = 0.f;
     if (tid < splits) {
@@ -567,14 +631,6 @@ __global__ void __launch_bounds__(MLA_COMBINE_THREADS) sparse_mla_combine_kernel
     }
   }
   __syncthreads();
-  const int col = tid & (MLA_V_DIM / 4 - 1), half = tid >> 7;
-  float4 v[16];
-#pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    const int s = 2 * i + half;
-    v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (s < splits) v[i] = __ldcs((const float4 *)(o_part + ((int64_t)s * rows + r) * MLA_V_DIM) + col);
-  }
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
@@ -596,6 +652,7 @@ __global__ void __launch_bounds__(MLA_COMBINE_THREADS) sparse_mla_combine_kernel
     packed.y = *(const uint32_t *)&hi;
     *(uint2 *)(out + r * MLA_V_DIM + 4 * col) = packed;
   }
+  V1_CTRACE(2);
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -228,6 +228,7 @@ int dsa_sparse_mla_launch(const dsa_sparse_mla_args *a, const dsa_mla_plan *pl, 
   if ((e = count_launch())) return e;
   s->mla_tokens += a->num_tokens;
   s->mla_splits = pl->splits;
+  s->mla_mt = pl->mt;
   s->mla_need = need;
   s->mla_kernel = pl->kernel == DSA_MLA_KERNEL_V3 ? 3 : pl->kernel == DSA_MLA_KERNEL_SM90 ? 2 : 1;
   return 0;

@@ -34,6 +34,7 @@ typedef struct {
   int64_t store_tokens;
   int64_t mla_tokens;
   int mla_splits;           /* the plan of the last attention launch */
+  int mla_mt;               /* its head tile: m-tiles of 16 heads per CTA */
   size_t mla_need;          /* its workspace need */
   int mla_kernel;           /* its kernel version: 1 = v1 (mma.sync), 2 = v2 (wgmma, rows as M), 3 = v3 (64 heads as M) */
   int violations;
