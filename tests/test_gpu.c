@@ -1004,6 +1004,8 @@ typedef struct {
   int kv_stride;          /* bf16 only */
   int fp8_random_bytes;   /* fp8: random valid bytes instead of quantised random rows */
   int lens_given, lse_null, all_invalid_token;
+  int few_entries;        /* lens 1..3 for every token: the lse rests on one or two scores */
+  double lse_tol;         /* 0: TOL_ATTN_LSE; else a looser bound, with its reason at the case */
   double q_amp;
   int num_slots;
   int check_determinism;
@@ -1106,7 +1108,9 @@ static void mla_build(const mla_case *c, mla_prob *p) {
   for (int t = 0; t < T; t++) {
     int32_t *row = p->idx_h + (int64_t)t * p->istride;
     int32_t lens = topk;
-    if (c->lens_given) {
+    if (c->lens_given && c->few_entries) {
+      lens = 1 + t % 3;
+    } else if (c->lens_given) {
       switch (t % 4) {
         case 0: lens = topk; break;
         case 1: lens = (int32_t)rng_below(topk + 1); break;
@@ -1241,9 +1245,10 @@ static void mla_case_run(const void *arg) {
       for (int h = 0; h < H; h++) {
         const double g = lse_h[(size_t)t * H + h], rl = ref_lse[(size_t)t * H + h];
         const double err = fabs(g - rl) / fmax(1.0, fabs(rl));
-        if (!(err <= TOL_ATTN_LSE)) {
+        const double tol = c->lse_tol > 0 ? c->lse_tol : TOL_ATTN_LSE;
+        if (!(err <= tol)) {
           chk_fail("token %d head %d: lse %.9g vs reference %.9g (|err| / max(1, |ref|) = %.3g > %.0e)", t, h, g, rl,
-                   err, TOL_ATTN_LSE);
+                   err, tol);
           break;
         }
         if (err > worst_lse) worst_lse = err;
@@ -1815,6 +1820,14 @@ static const mla_case k_mla_cases[] = {
     {.name = "sparse MLA H128 fp8 (random bytes) T40 topk1500, lens", .H = 128, .T = 40, .topk = 1500,
      .fmt = DSA_KV_FP8_PACKED, .fp8_random_bytes = 1, .lens_given = 1, .q_amp = 2.0, .num_slots = 20000,
      .seed = 417},
+    /* Tokens of one to three entries, |q| up to 4: the lse is a score or two. With FP8 KV at 128 heads the
+     * library runs v3 (24 tokens), whose tile holds e4m3 x scale rounded once to f16 (2^-12 a value), so a
+     * score carries up to ~2^-12 |q . k| of error, which such a token sees in full: loosened to 3e-3
+     * from DESIGN's 1e-3 (measured 1.2e-3 on the H200, 2026-11-30). An exact-per-group QK passes 1e-3
+     * but cost 19-37 % of v3's FP8 speed (docs/PERF.md, issue 7). v1 (DSA_MLA_KERNEL=v1) is exact. */
+    {.name = "sparse MLA H128 fp8 (stored) T24 topk2048, 1-3 entries a token", .H = 128, .T = 24, .topk = 2048,
+     .fmt = DSA_KV_FP8_PACKED, .lens_given = 1, .few_entries = 1, .lse_tol = 3e-3, .q_amp = 4.0, .num_slots = 5000,
+     .seed = 419},
     {.name = "sparse MLA H64 bf16 kv_stride 640, T80 topk2048", .H = 64, .T = 80, .topk = 2048, .fmt = DSA_KV_BF16,
      .kv_stride = 640, .q_amp = 1.0, .num_slots = 30000, .seed = 418},
 };
