@@ -175,8 +175,10 @@ DSA_API dsa_status dsa_indexer_decode(const dsa_indexer_decode_args *args, void 
                               size_t workspace_bytes, cudaStream_t stream);
 
 /* Decode scores alone (the first stage of dsa_indexer_decode, for engines that run their own
- * top-k, and for timing): scores[t * scores_stride + i] for i < L(t). Positions past L(t) are not
- * written. Tokens with L <= topk are not scored when skip_short_rows is non-zero. */
+ * top-k, and for timing): scores[t * scores_stride + i] for i < L(t); positions L(t) <= i < max_len
+ * hold -inf (max_len = max_seq_len when given, else max_blocks_per_req * page_size); nothing at or
+ * past max_len is written. Tokens with L <= topk are not scored when skip_short_rows is non-zero
+ * (their positions below L are not written; the -inf past L still is). */
 typedef struct {
   dsa_indexer_decode_args decode; /* topk_indices / topk_lens unused */
   float *scores;
@@ -215,7 +217,8 @@ DSA_API dsa_status dsa_indexer_prefill_workspace_size(const dsa_indexer_prefill_
 DSA_API dsa_status dsa_indexer_prefill(const dsa_indexer_prefill_args *args, void *workspace,
                                size_t workspace_bytes, cudaStream_t stream);
 
-/* Prefill scores alone: scores[t * scores_stride + (w - row_starts[t])] for visible rows w. */
+/* Prefill scores alone: scores[t * scores_stride + (w - row_starts[t])] for visible rows w; the
+ * positions from the token's visible length up to max_rows (or num_workspace_rows) hold -inf. */
 typedef struct {
   dsa_indexer_prefill_args prefill; /* topk_indices / topk_lens / output_global_slots unused */
   float *scores;

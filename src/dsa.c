@@ -439,6 +439,7 @@ static dsa_status run_scores(const char *fn, const dsa_indexer_query *q, const d
     sp.skip_len = skip_len;
     sp.scores = scores + t0 * stride;
     sp.scores_stride = stride;
+    sp.fill_tail = 1; /* DESIGN §3: columns past L hold -inf */
     CHECK(cuda_status(fn, dsa_indexer_scores_launch(&sp, stream)));
   }
   return DSA_OK;

@@ -124,6 +124,8 @@ typedef struct {
   int skip_len;            /* tokens with L <= skip_len are not scored (-1: score all) */
   float *scores;           /* row of launch-token i at scores + i * scores_stride */
   int64_t scores_stride;
+  int fill_tail;           /* 1: positions [L, rows.max_len) of every row get -inf (the scores-only
+                              calls); 0: only [0, L) is written (the indexer's own workspace) */
 } dsa_scores_params;
 int dsa_indexer_scores_launch(const dsa_scores_params *p, cudaStream_t stream);
 

@@ -22,6 +22,9 @@
  *     dot product; FP8 q converts exactly and carries its q_scale the same way.
  *   Epilogue in registers: relu, weight, sum over heads (2 shuffles over the quad), one coalesced
  *     128-byte store per warp and token.
+ *   Scores-only calls (fill_tail): positions [L, max_len) of each row are -inf; each CTA fills the
+ *     part of that range that falls in its own tiles' positions, so rows with L = max_len cost
+ *     nothing and no launch is added.
  * Shapes: T <= 16 tokens, H padded to 32 or 64 (zero q, zero weight), 256 keys a tile.
  */
 #include <cuda_bf16.h>
@@ -60,8 +63,9 @@ static __device__ __forceinline__ void mma_f16_16816(float c[4], const uint32_t 
 
 /* Per-CTA token-group state in shared memory (after the q rows). */
 typedef struct {
-  int len[SC_MAX_T];
+  int len[SC_MAX_T];   /* scored length (0: not scored) */
   int begin[SC_MAX_T];
+  int fill[SC_MAX_T];  /* fill_tail: -inf from this position on (the visible length) */
   int any_negative_qscale;
 } sc_group;
 
@@ -124,6 +128,20 @@ static __device__ __forceinline__ uint32_t u4_word(const uint4 &v, int w) {
  * grid: x = ranges of tiles_per_cta tiles, y = token groups of T tokens.
  * Decode requires T == q_len_per_req and token_begin a multiple of it (one request per group).
  */
+/* fill_tail: positions [L, max_len) of the group's rows inside [range_lo, range_hi) (this CTA's
+ * tiles, in output positions) get -inf; never overlaps a score store (those are below L). */
+static __device__ __forceinline__ void sc_fill_tail(const dsa_scores_params &p, const sc_group *grp, int nt, int t0,
+                                                    long long range_lo, long long range_hi) {
+  if (!p.fill_tail) return;
+  if (range_hi > p.rows.max_len) range_hi = p.rows.max_len;
+  for (int ti = 0; ti < nt; ti++) {
+    float *row = p.scores + (long long)(t0 + ti) * p.scores_stride;
+    for (long long i = (grp->fill[ti] > range_lo ? grp->fill[ti] : range_lo) + threadIdx.x; i < range_hi;
+         i += SC_THREADS)
+      row[i] = -INFINITY;
+  }
+}
+
 template <int HP, int NS, bool ONE>
 __global__ void __launch_bounds__(SC_THREADS, ONE ? 2 : 1)
     indexer_scores_kernel(const dsa_scores_params p, int T, int tiles_per_cta) {
@@ -141,14 +159,16 @@ __global__ void __launch_bounds__(SC_THREADS, ONE ? 2 : 1)
 
   /* Token lengths and the union of their key ranges. */
   if (tid < SC_MAX_T) {
-    int L = 0, b = 0;
+    int L = 0, b = 0, f = 0x7fffffff;
     if (tid < nt) {
       L = rows_len(p.rows, t0 + tid);
       b = rows_begin(p.rows, t0 + tid);
+      f = L;
       if (L <= p.skip_len) L = 0;
     }
     grp->len[tid] = L;
     grp->begin[tid] = b;
+    grp->fill[tid] = f;
   }
   if (tid == 0) grp->any_negative_qscale = 0;
   __syncthreads();
@@ -161,10 +181,17 @@ __global__ void __launch_bounds__(SC_THREADS, ONE ? 2 : 1)
   }
   const int tile_first = blockIdx.x * tiles_per_cta;
   int tile_end = tile_first + tiles_per_cta;
-  if (hi <= lo) return;
+  const long long range_lo = (long long)tile_first * SC_TILE, range_hi = (long long)tile_end * SC_TILE;
+  if (hi <= lo) {
+    sc_fill_tail(p, grp, nt, t0, range_lo, range_hi);
+    return;
+  }
   tile_end = min(tile_end, (hi + SC_TILE - 1) / SC_TILE);
   const int tile_begin = max(tile_first, lo / SC_TILE);
-  if (tile_begin >= tile_end) return;
+  if (tile_begin >= tile_end) {
+    sc_fill_tail(p, grp, nt, t0, range_lo, range_hi);
+    return;
+  }
 
   /* Stage q (f16, scaled) and weights: one warp per (token, head) row, 4 dims a lane. */
   const int H = p.q.num_heads;
@@ -377,6 +404,7 @@ __global__ void __launch_bounds__(SC_THREADS, ONE ? 2 : 1)
       if (x >= bt && x < bt + L) p.scores[(long long)(t0 + ti) * p.scores_stride + (x - bt)] = out;
     }
   }
+  sc_fill_tail(p, grp, nt, t0, range_lo, range_hi);
 }
 
 template <int HP, int NS, bool ONE>
@@ -423,8 +451,11 @@ extern "C" int dsa_indexer_scores_launch(const dsa_scores_params *p, cudaStream_
     const int n = p->rows.q_len_per_req;
     return sc_launch(p, n, HP, p->num_tokens / n, p->rows.max_len, stream);
   }
-  /* Prefill: key coordinates are workspace rows (<= DSA_MAX_ROW_LEN). */
+  /* Prefill: key coordinates are workspace rows (<= DSA_MAX_ROW_LEN); with fill_tail the CTAs also
+   * cover the output positions up to max_len (which may pass num_ws_rows). */
   const int T = HP == 32 ? SC_MAX_T : SC_SMALL_T;
   const int groups = (p->num_tokens + T - 1) / T;
-  return sc_launch(p, T, HP, groups, (int)p->rows.num_ws_rows, stream);
+  int max_x = (int)p->rows.num_ws_rows;
+  if (p->fill_tail && p->rows.max_len > max_x) max_x = p->rows.max_len;
+  return sc_launch(p, T, HP, groups, max_x, stream);
 }

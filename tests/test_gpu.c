@@ -161,10 +161,28 @@ static void ik_store_upload(ik_data *c) {
 /* Indexer checks shared by decode and prefill                                                     */
 /* ============================================================================================== */
 
+/* The part of a scores row past L: -inf in [L, W) (DESIGN §3: the call covers W = max_len
+ * columns), the poison in [W, row_cap) (the stride's padding is never written). */
+static int check_score_tail(const float *gpu, int L, int64_t W, int64_t row_cap, char *why, size_t wn) {
+  for (int64_t i = L; i < W; i++)
+    if (!(isinf(gpu[i]) && gpu[i] < 0)) {
+      snprintf(why, wn, "position %lld in [L = %d, max_len = %lld) holds %.9g (must be -inf)", (long long)i, L,
+               (long long)W, (double)gpu[i]);
+      return 1;
+    }
+  for (int64_t i = W > L ? W : L; i < row_cap; i++)
+    if (bits_of_f32(gpu[i]) != POISON_F32_BITS) {
+      snprintf(why, wn, "position %lld at or past max_len = %lld was written (%.9g)", (long long)i, (long long)W,
+               (double)gpu[i]);
+      return 1;
+    }
+  return 0;
+}
+
 /* One row of GPU scores against the float64 reference: ratio = max err / (tol * max |ref|).
- * Positions the reference scores -inf (outside the cache) must be -inf; positions in
- * [L, row_cap) must still hold the poison. Returns 0 or fills why. */
-static int check_score_row(const double *ref, const float *gpu, int L, int64_t row_cap, double tol,
+ * Positions the reference scores -inf (outside the cache) must be -inf; the tail as
+ * check_score_tail. Returns 0 or fills why. */
+static int check_score_row(const double *ref, const float *gpu, int L, int64_t W, int64_t row_cap, double tol,
                            double *ratio, char *why, size_t wn) {
   double maxabs = 0.0, maxerr = 0.0;
   int at = -1;
@@ -196,12 +214,7 @@ static int check_score_row(const double *ref, const float *gpu, int L, int64_t r
              tol, maxabs, at, (double)gpu[at], ref[at]);
     return 1;
   }
-  for (int64_t i = L; i < row_cap; i++)
-    if (bits_of_f32(gpu[i]) != POISON_F32_BITS) {
-      snprintf(why, wn, "position %lld past L = %d was written (%.9g)", (long long)i, L, (double)gpu[i]);
-      return 1;
-    }
-  return 0;
+  return check_score_tail(gpu, L, W, row_cap, why, wn);
 }
 
 typedef struct {
@@ -519,6 +532,9 @@ static void decode_check_scores(const decode_prob *p, const double *ref, int64_t
   chk_begin("%s: scores", c->name);
   const int64_t cap = p->da.max_seq_len > 0 ? p->da.max_seq_len : (int64_t)p->maxb * p->P;
   const int64_t stride = cap + 5;
+  /* the columns the call covers: max_seq_len when given and below the block-table row's capacity */
+  const int64_t blk_cap = (int64_t)p->da.max_blocks_per_req * p->P;
+  const int64_t W = p->da.max_seq_len > 0 && p->da.max_seq_len < blk_cap ? p->da.max_seq_len : blk_cap;
   const size_t n = (size_t)imax(p->T, 1) * (size_t)stride;
   float *sd = dalloc(n * sizeof(float)), *sh = hmalloc(n * sizeof(float));
   dsa_indexer_decode_scores_args sa;
@@ -533,10 +549,14 @@ static void decode_check_scores(const decode_prob *p, const double *ref, int64_t
     DSA(dsa_indexer_decode_scores(&sa, g_stream));
     dget(sh, sd, n * sizeof(float));
     for (int t = 0; t < p->T; t++) {
-      if (skip && p->L[t] <= c->topk) continue; /* not scored: contents unspecified */
       char why[600];
+      if (skip && p->L[t] <= c->topk) { /* not scored: [0, L) unspecified, the tail as always */
+        if (check_score_tail(sh + (int64_t)t * stride, p->L[t], W, stride, why, sizeof why))
+          chk_fail("skip_short_rows=1 token %d (L=%d, not scored): %s", t, p->L[t], why);
+        continue;
+      }
       double ratio = 0.0;
-      if (check_score_row(ref + (int64_t)t * Ls, sh + (int64_t)t * stride, p->L[t], stride, p->tol, &ratio, why,
+      if (check_score_row(ref + (int64_t)t * Ls, sh + (int64_t)t * stride, p->L[t], W, stride, p->tol, &ratio, why,
                           sizeof why))
         chk_fail("skip_short_rows=%d token %d (L=%d): %s", skip, t, p->L[t], why);
       if (ratio > worst) worst = ratio;
@@ -743,6 +763,7 @@ static void prefill_case_run(const void *arg) {
   {
     chk_begin("%s: scores", c->name);
     const int64_t stride = (p.da.max_rows > 0 ? p.da.max_rows : p.W) + 3;
+    const int64_t W = p.da.max_rows > 0 && p.da.max_rows < p.W ? p.da.max_rows : p.W; /* columns covered */
     const size_t n = (size_t)imax(T, 1) * (size_t)stride;
     float *sd = dalloc(n * 4), *sh = hmalloc(n * 4);
     dsa_indexer_prefill_scores_args sa;
@@ -762,10 +783,15 @@ static void prefill_case_run(const void *arg) {
           skipped += !skip;
           continue;
         }
-        if (skip && p.len[t] <= c->topk) continue;
         char why[600];
+        if (skip && p.len[t] <= c->topk) {
+          if (check_score_tail(sh + (int64_t)t * stride, p.len[t], W, stride, why, sizeof why))
+            chk_fail("skip_short_rows=1 token %d (rows [%d, %d), not scored): %s", t, p.begin[t],
+                     p.begin[t] + p.len[t], why);
+          continue;
+        }
         double ratio = 0.0;
-        if (check_score_row(ref + (int64_t)t * Ls, sh + (int64_t)t * stride, p.len[t], stride, p.tol, &ratio, why,
+        if (check_score_row(ref + (int64_t)t * Ls, sh + (int64_t)t * stride, p.len[t], W, stride, p.tol, &ratio, why,
                             sizeof why))
           chk_fail("skip_short_rows=%d token %d (rows [%d, %d)): %s", skip, t, p.begin[t], p.begin[t] + p.len[t],
                    why);

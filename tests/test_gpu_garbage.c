@@ -251,8 +251,10 @@ static void decode_gcase_run(const void *arg) {
       selected++;
     }
   }
-  /* Scores-only on the same garbage: columns past L keep their poison, out-of-cache columns are -inf. */
+  /* Scores-only on the same garbage: columns in [L, max_len) are -inf, past max_len they keep their
+   * poison, out-of-cache columns are -inf. */
   const int64_t sstride = (int64_t)max_blocks * P + 3;
+  const int64_t W = a.max_seq_len > 0 && a.max_seq_len < (int64_t)max_blocks * P ? a.max_seq_len : (int64_t)max_blocks * P;
   dsa_indexer_decode_scores_args sa;
   memset(&sa, 0, sizeof sa);
   sa.decode = a;
@@ -265,7 +267,10 @@ static void decode_gcase_run(const void *arg) {
     const int L = dsa_ref_decode_len(&ha, t);
     for (int64_t i = 0; i < sstride; i++) {
       const uint32_t b = bits_of_f32(sc[t * sstride + i]);
-      if (i >= L && b != POISON_F32_BITS) chk_fail("scores: token %d column %lld past L = %d written", t, (long long)i, L);
+      if (i >= L && i < W && b != 0xFF800000u)
+        chk_fail("scores: token %d column %lld in [L = %d, max_len = %lld) is not -inf", t, (long long)i, L, (long long)W);
+      if (i >= W && i >= L && b != POISON_F32_BITS)
+        chk_fail("scores: token %d column %lld past max_len = %lld written", t, (long long)i, (long long)W);
       if (i < L && host_slot(bt, stride, t / c->n, i) < 0 && b != 0xFF800000u)
         chk_fail("scores: token %d position %lld outside the cache is not -inf", t, (long long)i);
     }

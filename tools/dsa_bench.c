@@ -71,7 +71,7 @@ static const ref_point REF_TABLE[] = {
     {512, 0.368, 0.223, 1.467, 0.228},     {1024, 0.402, 0.225, 1.499, 0.225},
     {2048, 0.456, 0.221, 1.552, 0.225},    {8192, 0.511, 0.267, 2.001, 0.291},
     {16384, 0.585, 0.303, 2.109, 0.347},   {32768, 0.737, 0.401, 2.311, 0.520},
-    {65536, 0.675, 0.399, 2.383, 0.615},   {92160, 0.711, 0.407, 2.476, 0.700},
+    {65536, 0.675, 0.399, 2.383, 0.615},   {90000, 0.711, 0.407, 2.476, 0.700},
     {131072, 0.753, 0.411, 2.664, 0.844},  {262144, 0.877, 0.432, 3.430, 1.482},
     {524288, 1.105, 0.442, 4.670, 2.654},  {1048576, 1.650, 0.473, 7.139, 5.048},
 };
@@ -129,9 +129,11 @@ static int64_t imin64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t imax64(int64_t a, int64_t b) { return a > b ? a : b; }
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/* "1M", "90k", "512" for a context length. */
+/* "1M", "64k", "512" for a context length; 90,000 is the reference table's "90k". */
 static const char *size_label(int64_t s, char *buf, size_t n) {
-  if (s % 1048576 == 0)
+  if (s == 90000)
+    snprintf(buf, n, "90k");
+  else if (s % 1048576 == 0)
     snprintf(buf, n, "%lldM", (long long)(s / 1048576));
   else if (s % 1024 == 0)
     snprintf(buf, n, "%lldk", (long long)(s / 1024));
@@ -202,45 +204,10 @@ static void fill_scales(float *dst, size_t n, rng *r, float lo, float hi) {
   for (size_t i = 0; i < n; i++) dst[i] = lo + (hi - lo) * rng_unif(r);
 }
 
-/* Generators of whole items (pages, slots), for chunked upload. */
-typedef void (*gen_fn)(uint8_t *dst, int64_t items, rng *r);
-
-static void gen_index_k_pages(uint8_t *dst, int64_t pages, rng *r) {
-  for (int64_t p = 0; p < pages; p++) {
-    uint8_t *pg = dst + (size_t)p * IDX_PAGE_BYTES;
-    fill_fp8(pg, (size_t)PAGE * IDX_DIM, r);
-    fill_scales((float *)(void *)(pg + (size_t)PAGE * IDX_DIM), (size_t)PAGE * (IDX_DIM / 128), r,
-                0.01f, 0.1f);
-  }
-}
-
-static void gen_kv_fp8_slots(uint8_t *dst, int64_t slots, rng *r) {
-  for (int64_t s = 0; s < slots; s++) {
-    uint8_t *row = dst + (size_t)s * KV_FP8_BYTES;
-    fill_fp8(row, V_DIM, r);
-    fill_scales((float *)(void *)(row + V_DIM), V_DIM / 128, r, 0.01f, 0.1f);
-    fill_bf16((uint16_t *)(void *)(row + V_DIM + 16), QK_DIM - V_DIM, r, -4, 7);
-  }
-}
-
-static void gen_kv_bf16_slots(uint8_t *dst, int64_t slots, rng *r) {
-  fill_bf16((uint16_t *)(void *)dst, (size_t)slots * QK_DIM, r, -4, 7);
-}
-
-/* Generate items into host_keep (kept for --check) or a staging buffer, and copy them to dev. */
-static void upload_generated(void *dev, uint8_t *host_keep, int64_t items, size_t item_bytes,
-                             gen_fn gen, rng *r) {
-  int64_t chunk = imax64(1, (int64_t)((64u << 20) / item_bytes));
-  uint8_t *stage = host_keep ? NULL : xmalloc((size_t)chunk * item_bytes);
-  for (int64_t i = 0; i < items; i += chunk) {
-    int64_t n = imin64(chunk, items - i);
-    uint8_t *h = host_keep ? host_keep + (size_t)i * item_bytes : stage;
-    gen(h, n, r);
-    CK(cudaMemcpy((uint8_t *)dev + (size_t)i * item_bytes, h, (size_t)n * item_bytes,
-                  cudaMemcpyHostToDevice));
-  }
-  free(stage);
-}
+/* The caches are generated on the GPU (tools/bench_gen.cu: the same distributions as the host
+ * generators above, hashed from --seed). */
+int bench_gen_index_k(void *dst, int64_t pages, uint64_t seed);
+int bench_gen_kv(void *dst, int64_t slots, int fp8, uint64_t seed);
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Options                                                                                         */
@@ -291,8 +258,9 @@ static void usage(FILE *f) {
 "  --batch B              glm decode: requests, each with its own S-token context (default 1)\n"
 "  --mtp N                query tokens per request in decode, 1..8 (default 1); token j of n\n"
 "                         sees S-(n-1)+j positions\n"
-"  --sizes LIST           context lengths S, comma separated; k = 1024, M = 1048576 (90k = 92160)\n"
-"                         glm default 512,1k,2k,8k,16k,32k,64k,90k,128k,256k,512k,1M;\n"
+"  --sizes LIST           context lengths S, comma separated; k = 1024, M = 1048576\n"
+"                         glm default 512,1k,2k,8k,16k,32k,64k,90000,128k,256k,512k,1M (the\n"
+"                         reference table's 90k row is 90,000 tokens);\n"
 "                         serve default 8k,32k,64k\n"
 "  --batches LIST         serve: decode batch sizes (default 64,128,256); attn: instead of the\n"
 "                         fixed table, decode rows of these batches x --heads heads (each request\n"
@@ -488,7 +456,7 @@ static void parse_args(int argc, char **argv, options *o) {
   }
   if (o->nsizes == 0) {
     static const int64_t glm_sizes[] = {512,   1024,   2048,   8192,   16384,  32768,
-                                        65536, 92160, 131072, 262144, 524288, 1048576};
+                                        65536, 90000, 131072, 262144, 524288, 1048576};
     static const int64_t serve_sizes[] = {8192, 32768, 65536};
     const int64_t *src = o->mode == MODE_GLM ? glm_sizes : serve_sizes;
     o->nsizes = o->mode == MODE_GLM ? 12 : 3;
@@ -645,11 +613,13 @@ static void setup(bench *b, int n_req, int64_t max_S, int max_tokens, int max_he
     b->h_index_k = xmalloc((size_t)b->num_pages * IDX_PAGE_BYTES);
     b->h_kv = xmalloc((size_t)b->num_slots * b->kv_slot_bytes);
   }
-  rng r = rng_make(o->seed, 1);
-  upload_generated(b->d_index_k, b->h_index_k, b->num_pages, IDX_PAGE_BYTES, gen_index_k_pages, &r);
-  r = rng_make(o->seed, 2);
-  upload_generated(b->d_kv, b->h_kv, b->num_slots, b->kv_slot_bytes,
-                   o->kv_fp8 ? gen_kv_fp8_slots : gen_kv_bf16_slots, &r);
+  CK((cudaError_t)bench_gen_index_k(b->d_index_k, b->num_pages, o->seed));
+  CK((cudaError_t)bench_gen_kv(b->d_kv, b->num_slots, o->kv_fp8, o->seed));
+  if (o->check) { /* the references read host copies */
+    CK(cudaMemcpy(b->h_index_k, b->d_index_k, (size_t)b->num_pages * IDX_PAGE_BYTES, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(b->h_kv, b->d_kv, (size_t)b->num_slots * b->kv_slot_bytes, cudaMemcpyDeviceToHost));
+  }
+  rng r;
 
   /* Block table: a random permutation of all pages; request q owns row q. */
   r = rng_make(o->seed, 3);

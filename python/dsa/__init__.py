@@ -308,8 +308,8 @@ def indexer_decode_scores(q: Any, weights: Any, index_k_cache: Any, seq_lens: An
                           max_seq_len: int = 0, topk: int = MAX_TOPK, skip_short_rows: bool = False,
                           scores: Any = None, stream: Any = None) -> Any:
     """Decode indexer scores alone: float32 [T, max_len] (max_len = max_seq_len, or the block
-    table's capacity); row t holds the scores of positions [0, L(t)), the rest is not written.
-    With skip_short_rows, tokens with L <= topk are not scored."""
+    table's capacity); row t holds the scores of positions [0, L(t)) and -inf in [L(t), max_len).
+    With skip_short_rows, tokens with L <= topk are not scored (their -inf tail still is written)."""
     fn = "dsa.indexer_decode_scores"
     a, views = _decode_args(fn, q, weights, index_k_cache, seq_lens, block_table, topk, softmax_scale, q_scale,
                             page_size, q_len_per_req, max_seq_len)
@@ -392,7 +392,8 @@ def indexer_prefill_scores(q: Any, weights: Any, index_k_cache: Any, kv_workspac
                            max_rows: int = 0, topk: int = MAX_TOPK, skip_short_rows: bool = False,
                            scores: Any = None, stream: Any = None) -> Any:
     """Prefill indexer scores alone: float32 [T, max_len] (max_len = max_rows, or W), row t column i
-    = the score of workspace row row_starts[t] + i for its visible rows; the rest is not written."""
+    = the score of workspace row row_starts[t] + i for its visible rows, -inf past them up to
+    max_rows (or the workspace's rows)."""
     fn = "dsa.indexer_prefill_scores"
     a, views = _prefill_args(fn, q, weights, index_k_cache, kv_workspace_slots, row_starts, row_ends, topk,
                              softmax_scale, q_scale, page_size, max_rows, False)

@@ -212,6 +212,7 @@ def test_indexer_decode(n, fp8_q, topk):
         ref = ref_scores(qf[t], q_scale[t] if fp8_q else None, w[t], c.rows[slot], scale)
         err = (scores[t, :L].double() - ref).abs().max() / ref.abs().max()
         assert err <= tol, f"token {t}: score err {err:.3g}"
+        assert torch.isneginf(scores[t, L:]).all(), f"token {t}: columns past L = {L} must be -inf"
         # selected slots -> positions (block tables have distinct pages: slots map back uniquely)
         k = int(lens[t])
         pos_of = {int(s): i for i, s in enumerate(slot.tolist())}
