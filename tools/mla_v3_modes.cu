@@ -11,23 +11,7 @@
 #define DSA_V3_MODES 1
 #include "v3_sm90.cu"
 
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#define CK(x)                                                                                \
-  do {                                                                                       \
-    cudaError_t e_ = (cudaError_t)(x);                                                       \
-    if (e_ != cudaSuccess) {                                                                 \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));   \
-      exit(1);                                                                               \
-    }                                                                                        \
-  } while (0)
-
-static uint32_t lcg(uint64_t *s) {
-  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-  return (uint32_t)(*s >> 33);
-}
+#include "mla_dev_inputs.h"
 
 static void run(int fp8, int T, int H) {
   const int64_t S = 20000;
@@ -35,19 +19,9 @@ static void run(int fp8, int T, int H) {
   uint64_t seed = 7;
   const size_t row = fp8 ? 656 : 1152, kv_bytes = (size_t)S * row;
   uint8_t *kv = (uint8_t *)malloc(kv_bytes);
-  for (int64_t r = 0; r < S; ++r) {
-    uint8_t *p = kv + r * row;
-    if (fp8) {
-      for (int i = 0; i < 512; ++i) p[i] = (uint8_t)(lcg(&seed) & 0x77); /* finite e4m3 */
-      const float sc[4] = {0.01f, 0.02f, 0.03f, 0.04f};
-      memcpy(p + 512, sc, 16);
-      for (int i = 0; i < 64; ++i) ((uint16_t *)(p + 528))[i] = (uint16_t)(0x3c00 + (lcg(&seed) & 0xff));
-    } else {
-      for (int i = 0; i < 576; ++i) ((uint16_t *)p)[i] = (uint16_t)(0x3c00 + (lcg(&seed) & 0xff));
-    }
-  }
+  mla_dev_kv(kv, S, fp8, &seed);
   int32_t *idx = (int32_t *)malloc(4 * (size_t)T * topk);
-  for (size_t i = 0; i < (size_t)T * topk; ++i) idx[i] = (int32_t)(lcg(&seed) % (uint32_t)S);
+  mla_dev_indices(idx, (size_t)T * topk, S, &seed);
   void *dkv, *dq, *didx, *dout;
   CK(cudaMalloc(&dkv, kv_bytes));
   CK(cudaMalloc(&dq, 2 * (size_t)T * H * 576));

@@ -10,25 +10,10 @@
 #define DSA_V1_TRACE 1
 #include "v1_mma.cu"
 
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <algorithm>
 #include <vector>
 
-#define CK(x)                                                                          \
-  do {                                                                                 \
-    cudaError_t e_ = (x);                                                              \
-    if (e_ != cudaSuccess) {                                                           \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                         \
-    }                                                                                  \
-  } while (0)
-
-static uint32_t lcg(uint64_t *s) {
-  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-  return (uint32_t)(*s >> 33);
-}
+#include "mla_dev_inputs.h"
 
 static void stats(const char *name, std::vector<long long> v) {
   std::sort(v.begin(), v.end());
@@ -40,19 +25,11 @@ static void trace(int H, int splits, int mt) {
   const int topk = 2048, nblk = topk / 64, T = 1;
   uint64_t seed = 1;
   std::vector<uint8_t> kv((size_t)S * 656);
-  for (int64_t r = 0; r < S; ++r) {
-    for (int i = 0; i < 512; ++i) kv[r * 656 + i] = (uint8_t)(lcg(&seed) & 0x77);
-    const float sc[4] = {0.01f, 0.02f, 0.03f, 0.04f};
-    memcpy(&kv[r * 656 + 512], sc, 16);
-    for (int i = 0; i < 64; ++i) {
-      const uint16_t b = (uint16_t)(0x3c00 + (lcg(&seed) & 0xff));
-      memcpy(&kv[r * 656 + 528 + 2 * i], &b, 2);
-    }
-  }
+  mla_dev_kv(kv.data(), S, 1, &seed);
   std::vector<uint16_t> q((size_t)T * H * 576);
-  for (auto &x : q) x = (uint16_t)(0x3f00 + (lcg(&seed) & 0xff));
+  mla_dev_q(q.data(), q.size(), &seed);
   std::vector<int32_t> idx((size_t)T * topk);
-  for (auto &x : idx) x = (int32_t)(lcg(&seed) % S);
+  mla_dev_indices(idx.data(), idx.size(), S, &seed);
   void *dkv, *dq, *didx, *dout, *dws;
   float *dlse;
   const size_t rows = (size_t)T * H;

@@ -9,42 +9,18 @@
 #define DSA_V2_TRACE 0
 #include "v2_sm90.cu"
 
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#define CK(x)                                                                          \
-  do {                                                                                 \
-    cudaError_t e_ = (x);                                                              \
-    if (e_ != cudaSuccess) {                                                           \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                         \
-    }                                                                                  \
-  } while (0)
-
-static uint32_t lcg(uint64_t *s) {
-  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-  return (uint32_t)(*s >> 33);
-}
+#include "mla_dev_inputs.h"
 
 static void trace(int T, int H, int splits, const char *name) {
   const int64_t S = 1 << 17;
   const int topk = 2048, nblk = topk / 64;
   uint64_t seed = 1;
   uint8_t *kv = (uint8_t *)malloc((size_t)S * 656);
-  for (int64_t r = 0; r < S; ++r) {
-    for (int i = 0; i < 512; ++i) kv[r * 656 + i] = (uint8_t)(lcg(&seed) & 0x77); /* finite e4m3 */
-    const float sc[4] = {0.01f, 0.02f, 0.03f, 0.04f};
-    memcpy(kv + r * 656 + 512, sc, 16);
-    for (int i = 0; i < 64; ++i) {
-      const uint16_t b = (uint16_t)(0x3c00 + (lcg(&seed) & 0xff)); /* bf16 in [0.0078, 0.0156) */
-      memcpy(kv + r * 656 + 528 + 2 * i, &b, 2);
-    }
-  }
+  mla_dev_kv(kv, S, 1, &seed);
   uint16_t *q = (uint16_t *)malloc((size_t)T * H * 576 * 2);
-  for (size_t i = 0; i < (size_t)T * H * 576; ++i) q[i] = (uint16_t)(0x3f00 + (lcg(&seed) & 0xff));
+  mla_dev_q(q, (size_t)T * H * 576, &seed);
   int32_t *idx = (int32_t *)malloc((size_t)T * topk * 4);
-  for (size_t i = 0; i < (size_t)T * topk; ++i) idx[i] = (int32_t)(lcg(&seed) % S);
+  mla_dev_indices(idx, (size_t)T * topk, S, &seed);
   void *dkv, *dq, *didx, *dout;
   float *dlse;
   CK(cudaMalloc(&dkv, (size_t)S * 656));

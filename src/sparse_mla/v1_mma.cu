@@ -67,31 +67,23 @@
 /* Development trace (tools/trace_mla_v1.cu builds this file with DSA_V1_TRACE): thread 0 of each CTA
  * stores %globaltimer (ns, one clock for all SMs) at the phase boundaries; off in the library. */
 #ifdef DSA_V1_TRACE
-__device__ unsigned long long g_v1_trace[4096 * 16];
-__device__ unsigned long long g_v1_ctrace[1024 * 4];
-#define V1_TRACE(i)                                                                          \
+__device__ unsigned long long g_v1_trace[4096 * 16];  /* attention CTA x 16 stamps */
+__device__ unsigned long long g_v1_ctrace[1024 * 4];  /* combine CTA x 4 stamps */
+#define V1_STAMP(arr, ctas, per, i)                                                          \
   do {                                                                                       \
-    if (threadIdx.x == 0 && blockIdx.x < 4096) {                                             \
+    if (threadIdx.x == 0 && blockIdx.x < (ctas)) {                                           \
       unsigned long long t_;                                                                 \
       asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                 \
-      g_v1_trace[blockIdx.x * 16 + (i)] = t_;                                                \
+      arr[blockIdx.x * (per) + (i)] = t_;                                                    \
     }                                                                                        \
   } while (0)
-#define V1_CTRACE(i)                                                                         \
-  do {                                                                                       \
-    if (threadIdx.x == 0 && blockIdx.x < 1024) {                                             \
-      unsigned long long t_;                                                                 \
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                 \
-      g_v1_ctrace[blockIdx.x * 4 + (i)] = t_;                                                \
-    }                                                                                        \
-  } while (0)
+#define V1_TRACE(i) V1_STAMP(g_v1_trace, 4096, 16, i)
+#define V1_CTRACE(i) V1_STAMP(g_v1_ctrace, 1024, 4, i)
 #else
 #define V1_TRACE(i) \
   do {              \
   } while (0)
-#define V1_CTRACE(i) \
-  do {               \
-  } while (0)
+#define V1_CTRACE(i) V1_TRACE(i)
 #endif
 
 /* ---------------------------------------------------------------------------------------------
