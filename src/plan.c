@@ -24,6 +24,19 @@ dsa_topk_layout dsa_topk_ws_layout(int num_rows) {
 
 /* ---- sparse MLA ---- */
 
+/* (token, head group) units of a call (an empty call plans as one token): one CTA each per split. */
+static int64_t mla_units(const dsa_sparse_mla_args *a, int groups) {
+  return (int64_t)(a->num_tokens > 0 ? a->num_tokens : 1) * groups;
+}
+
+/* Waves of units x s CTAs, `wave` CTAs at a time. */
+static int64_t mla_waves(int64_t units, int s, int64_t wave) { return (units * s + wave - 1) / wave; }
+
+/* The cost v1 and v2 pick their splits by: waves x (chunks a split + 1), + 1 for the merge. */
+static int64_t mla_split_cost(int64_t units, int s, int bps, int64_t wave) {
+  return mla_waves(units, s, wave) * (bps + 1) + (s > 1 ? 1 : 0);
+}
+
 /* v2: HN = 16 or 32 heads per CTA; splits form a cluster of 1, 2, 4 or 8 CTAs and need no
  * workspace. Among those, the fewest waves x (chunks per split + 1) (+1 for the merge). */
 static dsa_mla_plan mla_plan_sm90(const dsa_sparse_mla_args *a, int num_sms) {
@@ -36,13 +49,12 @@ static dsa_mla_plan mla_plan_sm90(const dsa_sparse_mla_args *a, int num_sms) {
   pl.splits = 1;
   pl.blocks_per_split = pl.num_blocks;
   if (num_sms < 1) num_sms = 1;
-  const int64_t units = (int64_t)(a->num_tokens > 0 ? a->num_tokens : 1) * pl.groups;
+  const int64_t units = mla_units(a, pl.groups);
   int64_t best_cost = INT64_MAX;
   for (int s = 1; s <= 8; s *= 2) {
     const int bps = (pl.num_blocks + s - 1) / s;
     if (s > 1 && (pl.num_blocks + bps - 1) / bps != s) break; /* fewer real splits than s */
-    const int64_t waves = (units * s + num_sms - 1) / num_sms;
-    const int64_t cost = waves * (bps + 1) + (s > 1 ? 1 : 0);
+    const int64_t cost = mla_split_cost(units, s, bps, num_sms);
     if (cost < best_cost) {
       best_cost = cost;
       pl.splits = s;
@@ -64,14 +76,13 @@ static dsa_mla_plan mla_plan_v3(const dsa_sparse_mla_args *a, int num_sms) {
   pl.splits = 1;
   pl.blocks_per_split = pl.num_blocks;
   if (num_sms < 1) num_sms = 1;
-  const int64_t units = (int64_t)(a->num_tokens > 0 ? a->num_tokens : 1) * pl.groups;
+  const int64_t units = mla_units(a, pl.groups);
   int64_t best_cost = INT64_MAX;
   for (int s = 1; s <= 8; s *= 2) {
     const int bps = (pl.num_blocks + s - 1) / s;
     if (s > 1 && (pl.num_blocks + bps - 1) / bps != s) break; /* fewer real splits than s */
     const int64_t wave = s <= 2 ? num_sms : (int64_t)num_sms * MLA_CLUSTER_WAVE_NUM / MLA_CLUSTER_WAVE_DEN;
-    const int64_t waves = (units * s + wave - 1) / (wave > 0 ? wave : 1);
-    const int64_t cost = waves * (bps + (s > 1 ? 1 : 0));
+    const int64_t cost = mla_waves(units, s, wave > 0 ? wave : 1) * (bps + (s > 1 ? 1 : 0));
     if (cost < best_cost) {
       best_cost = cost;
       pl.splits = s;
@@ -106,7 +117,7 @@ static dsa_mla_plan mla_plan_v1(const dsa_sparse_mla_args *a, int num_sms, int m
   pl.num_blocks = (a->topk + MLA_BLOCK_N - 1) / MLA_BLOCK_N;
   pl.splits = 1;
   pl.blocks_per_split = pl.num_blocks;
-  const int64_t units = (int64_t)(a->num_tokens > 0 ? a->num_tokens : 1) * pl.groups;
+  const int64_t units = mla_units(a, pl.groups);
   const int64_t slots = num_sms;
   if (units >= slots) return pl;
   int64_t best_cost = INT64_MAX;
@@ -114,8 +125,7 @@ static dsa_mla_plan mla_plan_v1(const dsa_sparse_mla_args *a, int num_sms, int m
     const int bps = (pl.num_blocks + s - 1) / s;
     if ((pl.num_blocks + bps - 1) / bps != s) continue; /* same plan as a smaller s */
     if (s > 1 && units * s > 2 * slots) continue;
-    const int64_t waves = (units * s + slots - 1) / slots;
-    const int64_t cost = waves * (bps + 1) + (s > 1 ? 1 : 0);
+    const int64_t cost = mla_split_cost(units, s, bps, slots);
     if (cost < best_cost) {
       best_cost = cost;
       pl.splits = s;
@@ -151,9 +161,9 @@ dsa_mla_plan dsa_mla_make_plan(const dsa_sparse_mla_args *a, int num_sms, int ke
   int64_t best_cost = INT64_MAX;
   for (int mt = max_mt; mt >= 1; mt /= 2) {
     const dsa_mla_plan pl = mla_plan_v1(a, num_sms, mt);
-    const int64_t units = (int64_t)(a->num_tokens > 0 ? a->num_tokens : 1) * pl.groups;
-    const int64_t waves = (units * pl.splits + num_sms - 1) / num_sms;
-    const int64_t cost = waves * (pl.blocks_per_split * mla_v1_chunk_weight(mt) + 2) + (pl.splits > 1 ? 1 : 0);
+    const int64_t cost = mla_waves(mla_units(a, pl.groups), pl.splits, num_sms) *
+                             (pl.blocks_per_split * mla_v1_chunk_weight(mt) + 2) +
+                         (pl.splits > 1 ? 1 : 0);
     if (cost < best_cost) {
       best_cost = cost;
       best = pl;
