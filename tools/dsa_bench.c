@@ -276,8 +276,11 @@ static void usage(FILE *f) {
 "  --json FILE            write every row (all columns), device, date and options as JSON\n"
 "  --seed N               random seed (default 1)\n"
 "  --device N             CUDA device (default 0)\n"
-"  --cold                 before every timed replay, write a 256 MB buffer (outside the timed\n"
-"                         events) so that the replay finds none of its inputs in the 60 MB L2\n"
+"  --cold                 replays rotate over K replicas of the row's inputs (other pages of the\n"
+"                         pool, copies of q, their own top-k), K = ceil(2 x L2 / bytes a replay\n"
+"                         reads), as a model's 61 layers would pass between two uses; where fewer\n"
+"                         fit (at most 128, pool pages), a 256 MB buffer is written before every\n"
+"                         replay instead (outside the timed events)\n"
 "  --no-gate              queue timed replays without holding the stream first (then a stage shorter\n"
 "                         than the host's launch time measures the host)\n"
 "  -h, --help             this text\n"
@@ -542,7 +545,18 @@ typedef struct {
   float *d_lse;
   void *d_ws_idx, *d_ws_attn;
   size_t ws_idx_cap, ws_attn_cap;
-  void *d_flush;            /* --cold: written before every timed replay */
+  void *d_flush;            /* --cold: written before a timed replay when replicas cannot rotate */
+  /* --cold: replicas 1..rot-1 of the current row's inputs (replica 0 is the ordinary one): other
+   * pages of the pool (block tables, prefill slots), copies of q, their own top-k outputs */
+  size_t l2_bytes;
+  int32_t *d_bt_rot;
+  int64_t *d_ws_rot;
+  void *d_qi_rot;
+  uint16_t *d_qa_rot;
+  int32_t *d_topk_rot, *d_lens_rot;
+  size_t bt_rot_cap, ws_rot_cap, qi_rot_cap, qa_rot_cap, topk_rot_cap, lens_rot_cap;
+  int32_t *h_bt_rot;        /* host staging of the replica block tables */
+  int64_t *h_ws_rot;
 
   /* host (inputs kept for --check; outputs copied back by the checks) */
   uint8_t *h_index_k, *h_kv;
@@ -564,6 +578,63 @@ static void ensure_ws(void **p, size_t *cap, size_t need) {
   *p = dmalloc(need);
   *cap = need;
 }
+
+/* ---- --cold: replays rotate over replicas of the row's inputs ---- */
+#define COLD_MAX_REPLICAS 128
+
+/* Replicas a stage needs so that a replica's inputs come back only after >= 2 x L2 of the others'
+ * (as the 61 layers of a model would pass in between): ceil(2 L2 / the bytes one replay reads).
+ * Uncapped: a stage whose need exceeds the replicas that fit (COLD_MAX_REPLICAS, pool pages) is
+ * timed with the 256 MB write before each replay instead. */
+static int cold_need(const bench *b, double replay_bytes) {
+  if (!b->o.cold) return 1;
+  const double k = ceil(2.0 * (double)b->l2_bytes / (replay_bytes > 4096.0 ? replay_bytes : 4096.0));
+  return k < 1.0 ? 1 : k > 1e6 ? 1000000 : (int)k;
+}
+
+/* Block tables of replicas 1..K-1, B requests of nb pages each (layout [K-1][B][nb]): pages of the
+ * pool that replica 0 (requests 0..B-1, columns 0..nb-1 of the ordinary block table) does not use,
+ * in the pool's permutation order. Returns how many replicas fit (<= K, >= 1). */
+static int cold_block_tables(bench *b, int B, int64_t nb, int K) {
+  const int64_t per = (int64_t)B * nb;
+  if (K > COLD_MAX_REPLICAS) K = COLD_MAX_REPLICAS;
+  if (K <= 1 || per <= 0 || B > b->n_req || nb > b->ppr) return 1;
+  const int fit = (int)imin64(K, 1 + (b->num_pages - per) / per);
+  if (fit <= 1) return 1;
+  const size_t n = (size_t)(fit - 1) * (size_t)per;
+  free(b->h_bt_rot);
+  b->h_bt_rot = xmalloc(n * sizeof(int32_t));
+  int64_t f = 0; /* flattened index into the ordinary block table (a permutation of all pages) */
+  for (size_t e = 0; e < n; e++) {
+    while (f / b->ppr < B && f % b->ppr < nb) f++; /* replica 0's own pages */
+    b->h_bt_rot[e] = b->h_block_table[f++];
+  }
+  ensure_ws((void **)&b->d_bt_rot, &b->bt_rot_cap, n * sizeof(int32_t));
+  CK(cudaMemcpy(b->d_bt_rot, b->h_bt_rot, n * sizeof(int32_t), cudaMemcpyHostToDevice));
+  return fit;
+}
+
+/* Replicas 1..K-1 of the first T tokens' indexer q and attention q (copies of replica 0's, at
+ * other addresses), and their top-k outputs / lens. */
+static void cold_queries(bench *b, int K, int T, int H) {
+  if (K <= 1) return;
+  const size_t qi = (size_t)T * b->o.index_heads * IDX_DIM * b->q_elem_bytes;
+  const size_t qa = (size_t)T * H * QK_DIM * 2;
+  ensure_ws(&b->d_qi_rot, &b->qi_rot_cap, qi * (size_t)(K - 1));
+  ensure_ws((void **)&b->d_qa_rot, &b->qa_rot_cap, qa * (size_t)(K - 1));
+  ensure_ws((void **)&b->d_topk_rot, &b->topk_rot_cap, sizeof(int32_t) * (size_t)(K - 1) * T * b->o.topk);
+  ensure_ws((void **)&b->d_lens_rot, &b->lens_rot_cap, sizeof(int32_t) * (size_t)(K - 1) * T);
+  for (int j = 1; j < K; j++) {
+    CK(cudaMemcpy((uint8_t *)b->d_qi_rot + (size_t)(j - 1) * qi, b->d_q_idx, qi, cudaMemcpyDeviceToDevice));
+    CK(cudaMemcpy((uint8_t *)b->d_qa_rot + (size_t)(j - 1) * qa, b->d_q_attn, qa, cudaMemcpyDeviceToDevice));
+  }
+}
+static void *cold_qi(const bench *b, int j, int T) {
+  return (uint8_t *)b->d_qi_rot + (size_t)(j - 1) * T * b->o.index_heads * IDX_DIM * b->q_elem_bytes;
+}
+static uint16_t *cold_qa(const bench *b, int j, int T, int H) { return b->d_qa_rot + (size_t)(j - 1) * T * H * QK_DIM; }
+static int32_t *cold_topk(const bench *b, int j, int T) { return b->d_topk_rot + (size_t)(j - 1) * T * b->o.topk; }
+static int32_t *cold_lens(const bench *b, int j, int T) { return b->d_lens_rot + (size_t)(j - 1) * T; }
 
 static void setup(bench *b, int n_req, int64_t max_S, int max_tokens, int max_heads,
                   size_t scores_elems) {
@@ -701,7 +772,12 @@ static void setup(bench *b, int n_req, int64_t max_S, int max_tokens, int max_he
     free(b->h_q_attn);
     b->h_q_attn = NULL;
   }
-  if (o->cold) b->d_flush = dmalloc(COLD_FLUSH_BYTES);
+  if (o->cold) {
+    b->d_flush = dmalloc(COLD_FLUSH_BYTES);
+    int l2 = 0;
+    CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, o->device));
+    b->l2_bytes = l2 > 0 ? (size_t)l2 : (size_t)60 << 20;
+  }
   CK(cudaDeviceSynchronize());
   printf("pool ready in %.1f s\n", now_s() - t0);
   fflush(stdout);
@@ -885,45 +961,57 @@ static int cmp_float(const void *a, const void *b) {
 }
 
 /* Median time (ms) of one call of the stage: graph replays, or plain launches if capture fails.
- * *mode becomes 'g' or 'p'; *gate_timeouts counts batches whose gate opened by timeout. */
-static double time_stage(bench *b, const stage *s, char *mode, int *gate_timeouts) {
+ * s: K replicas of the stage (--cold: the replays rotate over them; K = 1 otherwise); flush: write
+ * the 256 MB buffer before each replay (--cold where too few replicas fit). *mode becomes 'g' or
+ * 'p'; *gate_timeouts counts batches whose gate opened by timeout. */
+static double time_stage(bench *b, const stage *s, int K, int flush, char *mode, int *gate_timeouts) {
   const options *o = &b->o;
   cudaStream_t st = b->stream;
-  cudaGraph_t graph = NULL;
-  cudaGraphExec_t exec = NULL;
+  cudaGraph_t *graph = xmalloc(sizeof(cudaGraph_t) * (size_t)K);
+  cudaGraphExec_t *exec = xmalloc(sizeof(cudaGraphExec_t) * (size_t)K);
   char why[320] = "";
-
-  cudaError_t e = cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
-  if (e != cudaSuccess) {
-    snprintf(why, sizeof why, "cudaStreamBeginCapture: %s", cudaGetErrorString(e));
-  } else {
-    dsa_status ds = stage_call(s, st);
+  int ok = 1;
+  for (int j = 0; j < K; j++) {
+    graph[j] = NULL;
+    exec[j] = NULL;
+  }
+  for (int j = 0; j < K && ok; j++) {
+    cudaError_t e = cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+      snprintf(why, sizeof why, "cudaStreamBeginCapture: %s", cudaGetErrorString(e));
+      ok = 0;
+      break;
+    }
+    dsa_status ds = stage_call(&s[j], st);
     if (ds != DSA_OK) snprintf(why, sizeof why, "%s: %s", dsa_status_string(ds), dsa_last_error());
-    cudaError_t e2 = cudaStreamEndCapture(st, &graph);
-    if (ds != DSA_OK && ds != DSA_ERR_CUDA) die("%s under capture: %s", stage_name(s->kind), why);
-    if (ds == DSA_OK && e2 != cudaSuccess)
-      snprintf(why, sizeof why, "cudaStreamEndCapture: %s", cudaGetErrorString(e2));
+    cudaError_t e2 = cudaStreamEndCapture(st, &graph[j]);
+    if (ds != DSA_OK && ds != DSA_ERR_CUDA) die("%s under capture: %s", stage_name(s[j].kind), why);
+    if (ds == DSA_OK && e2 != cudaSuccess) snprintf(why, sizeof why, "cudaStreamEndCapture: %s", cudaGetErrorString(e2));
     if (ds == DSA_OK && e2 == cudaSuccess) {
-      e = cudaGraphInstantiate(&exec, graph, 0);
+      e = cudaGraphInstantiate(&exec[j], graph[j], 0);
       if (e != cudaSuccess) {
         snprintf(why, sizeof why, "cudaGraphInstantiate: %s", cudaGetErrorString(e));
-        exec = NULL;
+        exec[j] = NULL;
       }
     }
+    if (!exec[j]) ok = 0;
   }
-  if (!exec) {
+  if (!ok) {
     (void)cudaGetLastError(); /* capture errors are not sticky; clear the last-error slot */
-    printf("  note: %s: CUDA graph capture failed (%s); timing plain launches\n",
-           stage_name(s->kind), why);
+    printf("  note: %s: CUDA graph capture failed (%s); timing plain launches\n", stage_name(s[0].kind), why);
   }
-  *mode = exec ? 'g' : 'p';
+  *mode = ok ? 'g' : 'p';
+  int rep_i = 0;
+#define RUN_REPLICA()                                   \
+  do {                                                  \
+    if (ok)                                             \
+      CK(cudaGraphLaunch(exec[rep_i], st));             \
+    else                                                \
+      stage_run(&s[rep_i], st);                         \
+    rep_i = rep_i + 1 == K ? 0 : rep_i + 1;             \
+  } while (0)
 
-  for (int i = 0; i < o->warmup; i++) {
-    if (exec)
-      CK(cudaGraphLaunch(exec, st));
-    else
-      stage_run(s, st);
-  }
+  for (int i = 0; i < o->warmup || i < K; i++) RUN_REPLICA();
   CK(cudaStreamSynchronize(st));
 
   float *ms = xmalloc(sizeof(float) * (size_t)o->iters);
@@ -935,12 +1023,9 @@ static double time_stage(bench *b, const stage *s, char *mode, int *gate_timeout
       CK(cudaLaunchHostFunc(st, gate_wait, &b->gate));
     }
     for (int i = 0; i < k; i++) {
-      if (o->cold) CK(cudaMemsetAsync(b->d_flush, i & 0xFF, COLD_FLUSH_BYTES, st));
+      if (flush) CK(cudaMemsetAsync(b->d_flush, i & 0xFF, COLD_FLUSH_BYTES, st));
       CK(cudaEventRecord(b->ev[2 * i], st));
-      if (exec)
-        CK(cudaGraphLaunch(exec, st));
-      else
-        stage_run(s, st);
+      RUN_REPLICA();
       CK(cudaEventRecord(b->ev[2 * i + 1], st));
     }
     if (o->gate) atomic_store_explicit(&b->gate.open, 1, memory_order_release);
@@ -949,11 +1034,16 @@ static double time_stage(bench *b, const stage *s, char *mode, int *gate_timeout
     for (int i = 0; i < k; i++) CK(cudaEventElapsedTime(&ms[done + i], b->ev[2 * i], b->ev[2 * i + 1]));
     done += k;
   }
+#undef RUN_REPLICA
   qsort(ms, (size_t)o->iters, sizeof(float), cmp_float);
   double med = o->iters % 2 ? ms[o->iters / 2] : 0.5 * (ms[o->iters / 2 - 1] + ms[o->iters / 2]);
   free(ms);
-  if (exec) CK(cudaGraphExecDestroy(exec));
-  if (graph) CK(cudaGraphDestroy(graph));
+  for (int j = 0; j < K; j++) {
+    if (exec[j]) CK(cudaGraphExecDestroy(exec[j]));
+    if (graph[j]) CK(cudaGraphDestroy(graph[j]));
+  }
+  free(exec);
+  free(graph);
   return med;
 }
 
@@ -972,6 +1062,8 @@ typedef struct {
   double ms_scores, ms_indexer, ms_topk, ms_attn, ms_total; /* < 0: not measured */
   char timing[4];          /* scores, indexer, attention: 'g', 'p' or '-' */
   int gate_timeouts;
+  int replicas;            /* --cold: input replicas the replays rotated over (1: none) */
+  int flushed;             /* --cold: stages that needed more replicas than fit (256 MB flush instead) */
   double floor_scores, floor_topk, floor_attn; /* seconds; 0 = no floor */
   double gluon_ms, triton_ms;                  /* 0 = no reference point */
   double tflops;                               /* attention rows */
@@ -985,6 +1077,7 @@ static void row_init(row_result *r, table_kind t) {
   r->table = t;
   r->ms_scores = r->ms_indexer = r->ms_topk = r->ms_attn = r->ms_total = -1.0;
   strcpy(r->timing, "---");
+  r->replicas = 1;
   r->check = -1;
 }
 
@@ -1256,10 +1349,14 @@ static void upload_seq_lens(bench *b, int B, int64_t S) {
   CK(cudaMemcpy(b->d_seq_lens, b->h_seq_lens, sizeof(int32_t) * (size_t)B, cudaMemcpyHostToDevice));
 }
 
-static void time_three(bench *b, row_result *row, const stage *sc, const stage *ix, const stage *at) {
-  row->ms_scores = time_stage(b, sc, &row->timing[0], &row->gate_timeouts);
-  row->ms_indexer = time_stage(b, ix, &row->timing[1], &row->gate_timeouts);
-  row->ms_attn = time_stage(b, at, &row->timing[2], &row->gate_timeouts);
+/* sc, ix, at: K replicas each; need_*: the replicas each stage would need (--cold). */
+static void time_three(bench *b, row_result *row, const stage *sc, const stage *ix, const stage *at, int K,
+                       int need_sc, int need_at) {
+  row->replicas = K;
+  row->flushed = (need_sc > K) + (need_sc > K) + (need_at > K);
+  row->ms_scores = time_stage(b, sc, K, need_sc > K, &row->timing[0], &row->gate_timeouts);
+  row->ms_indexer = time_stage(b, ix, K, need_sc > K, &row->timing[1], &row->gate_timeouts);
+  row->ms_attn = time_stage(b, at, K, need_at > K, &row->timing[2], &row->gate_timeouts);
   row->ms_topk = row->ms_indexer - row->ms_scores;
   row->ms_total = row->ms_indexer + row->ms_attn;
 }
@@ -1292,13 +1389,47 @@ static void run_decode_row(bench *b, row_result *row, table_kind tbl, int B, int
   size_t ws_i = 0;
   DSA_CK(dsa_indexer_decode_workspace_size(&a, &ws_i));
   ensure_ws(&b->d_ws_idx, &b->ws_idx_cap, ws_i);
-  stage sc = {ST_DEC_SCORES, &sa, NULL, 0};
-  stage ix = {ST_DEC_INDEXER, &a, b->d_ws_idx, ws_i};
-  stage at = attn_stage(b, &m);
-  const stage *all[] = {&sc, &ix, &at};
+  stage at0 = attn_stage(b, &m);
+  /* --cold: replicas 1..K-1 read other pages of the pool, their own q copies, their own top-k */
+  const int need_sc = cold_need(b, (double)row->scored * IDX_ROW_BYTES);
+  const int need_at = cold_need(b, (double)row->selected * (double)b->kv_slot_bytes);
+  const int64_t nb = ceil_div(S, PAGE);
+  const int K = cold_block_tables(b, B, nb, need_sc > need_at ? need_sc : need_at);
+  cold_queries(b, K, T, H);
+  dsa_indexer_decode_args *ar = xmalloc(sizeof *ar * (size_t)K);
+  dsa_indexer_decode_scores_args *sar = xmalloc(sizeof *sar * (size_t)K);
+  dsa_sparse_mla_args *mr = xmalloc(sizeof *mr * (size_t)K);
+  stage *sc = xmalloc(sizeof *sc * (size_t)K), *ix = xmalloc(sizeof *ix * (size_t)K), *at = xmalloc(sizeof *at * (size_t)K);
+  for (int j = 0; j < K; j++) {
+    ar[j] = a;
+    sar[j] = sa;
+    mr[j] = m;
+    if (j > 0) {
+      ar[j].block_table = b->d_bt_rot + (size_t)(j - 1) * B * nb;
+      ar[j].block_table_stride = nb;
+      ar[j].query.q = cold_qi(b, j, T);
+      ar[j].topk_indices = cold_topk(b, j, T);
+      ar[j].topk_lens = cold_lens(b, j, T);
+      sar[j].decode = ar[j];
+      mr[j].q = cold_qa(b, j, T, H);
+      mr[j].indices = ar[j].topk_indices;
+      mr[j].lens = ar[j].topk_lens;
+    }
+    sc[j] = (stage){ST_DEC_SCORES, &sar[j], NULL, 0};
+    ix[j] = (stage){ST_DEC_INDEXER, &ar[j], b->d_ws_idx, ws_i};
+    at[j] = (stage){ST_ATTN, &mr[j], at0.ws, at0.ws_bytes};
+  }
+  const stage *all[] = {&sc[0], &ix[0], &at[0]};
   poison_and_run(b, T, H, (size_t)T * (size_t)S, all, 3);
   if (o->check) check_decode(b, row, B, S, tbl == TBL_SERVE_DECODE, 1);
-  time_three(b, row, &sc, &ix, &at);
+  for (int j = 1; j < K; j++) stage_run(&ix[j], b->stream); /* each replica's top-k, for its attention */
+  time_three(b, row, sc, ix, at, K, need_sc, need_at);
+  free(ar);
+  free(sar);
+  free(mr);
+  free(sc);
+  free(ix);
+  free(at);
   set_floors(b, row, row->scored > 0 ? (int64_t)B * S : 0);
   const ref_point *rp = find_ref(S);
   if (tbl == TBL_DECODE && rp) {
@@ -1338,13 +1469,56 @@ static void run_prefill_row(bench *b, row_result *row, int64_t S) {
   size_t ws_i = 0;
   DSA_CK(dsa_indexer_prefill_workspace_size(&a, &ws_i));
   ensure_ws(&b->d_ws_idx, &b->ws_idx_cap, ws_i);
-  stage sc = {ST_PRE_SCORES, &sa, NULL, 0};
-  stage ix = {ST_PRE_INDEXER, &a, b->d_ws_idx, ws_i};
-  stage at = attn_stage(b, &m);
-  const stage *all[] = {&sc, &ix, &at};
+  stage at0 = attn_stage(b, &m);
+  /* --cold: replicas 1..K-1 gather request 0's context from other pages of the pool */
+  const int need_sc = cold_need(b, (double)S * IDX_ROW_BYTES); /* the tokens share their keys */
+  const int need_at = cold_need(b, (double)row->selected * (double)b->kv_slot_bytes);
+  const int64_t nb = ceil_div(S, PAGE);
+  const int K = cold_block_tables(b, 1, nb, need_sc > need_at ? need_sc : need_at);
+  cold_queries(b, K, T, H);
+  if (K > 1) {
+    const size_t n = (size_t)(K - 1) * (size_t)S;
+    free(b->h_ws_rot);
+    b->h_ws_rot = xmalloc(n * sizeof(int64_t));
+    for (int j = 1; j < K; j++)
+      for (int64_t i = 0; i < S; i++)
+        b->h_ws_rot[(size_t)(j - 1) * S + i] = (int64_t)b->h_bt_rot[(size_t)(j - 1) * nb + i / PAGE] * PAGE + i % PAGE;
+    ensure_ws((void **)&b->d_ws_rot, &b->ws_rot_cap, n * sizeof(int64_t));
+    CK(cudaMemcpy(b->d_ws_rot, b->h_ws_rot, n * sizeof(int64_t), cudaMemcpyHostToDevice));
+  }
+  dsa_indexer_prefill_args *ar = xmalloc(sizeof *ar * (size_t)K);
+  dsa_indexer_prefill_scores_args *sar = xmalloc(sizeof *sar * (size_t)K);
+  dsa_sparse_mla_args *mr = xmalloc(sizeof *mr * (size_t)K);
+  stage *sc = xmalloc(sizeof *sc * (size_t)K), *ix = xmalloc(sizeof *ix * (size_t)K), *at = xmalloc(sizeof *at * (size_t)K);
+  for (int j = 0; j < K; j++) {
+    ar[j] = a;
+    sar[j] = sa;
+    mr[j] = m;
+    if (j > 0) {
+      ar[j].kv_workspace_slots = b->d_ws_rot + (size_t)(j - 1) * S;
+      ar[j].query.q = cold_qi(b, j, T);
+      ar[j].topk_indices = cold_topk(b, j, T);
+      ar[j].topk_lens = cold_lens(b, j, T);
+      sar[j].prefill = ar[j];
+      mr[j].q = cold_qa(b, j, T, H);
+      mr[j].indices = ar[j].topk_indices;
+      mr[j].lens = ar[j].topk_lens;
+    }
+    sc[j] = (stage){ST_PRE_SCORES, &sar[j], NULL, 0};
+    ix[j] = (stage){ST_PRE_INDEXER, &ar[j], b->d_ws_idx, ws_i};
+    at[j] = (stage){ST_ATTN, &mr[j], at0.ws, at0.ws_bytes};
+  }
+  const stage *all[] = {&sc[0], &ix[0], &at[0]};
   poison_and_run(b, T, H, (size_t)T * (size_t)S, all, 3);
   if (o->check) check_prefill(b, row, S);
-  time_three(b, row, &sc, &ix, &at);
+  for (int j = 1; j < K; j++) stage_run(&ix[j], b->stream);
+  time_three(b, row, sc, ix, at, K, need_sc, need_at);
+  free(ar);
+  free(sar);
+  free(mr);
+  free(sc);
+  free(ix);
+  free(at);
   set_floors(b, row, row->scored > 0 ? S : 0);
   const ref_point *rp = find_ref(S);
   if (rp) {
@@ -1354,8 +1528,9 @@ static void run_prefill_row(bench *b, row_result *row, int64_t S) {
 }
 
 /* An attention-only row after one run: --check of tokens 0, T/2, T-1 against the reference (on the
- * indices in h_topk / h_lens), then the timing, the floor and TFLOP/s. */
-static void check_and_time_attention(bench *b, row_result *row, const stage *at, int T, int H) {
+ * indices in h_topk / h_lens), then the timing (K replicas; need: what --cold would want), the floor
+ * and TFLOP/s. */
+static void check_and_time_attention(bench *b, row_result *row, const stage *at, int K, int need, int T, int H) {
   if (b->o.check) {
     double t0 = now_s();
     check_state c = {0, ""};
@@ -1363,7 +1538,9 @@ static void check_and_time_attention(bench *b, row_result *row, const stage *at,
     for (int k = 0; k < 3 && !c.fails; k++) check_attention(b, &c, toks[k], 1, H);
     finish_check(row, &c, t0);
   }
-  row->ms_attn = time_stage(b, at, &row->timing[2], &row->gate_timeouts);
+  row->replicas = K;
+  row->flushed = need > K;
+  row->ms_attn = time_stage(b, at, K, need > K, &row->timing[2], &row->gate_timeouts);
   row->ms_total = row->ms_attn;
   set_floors(b, row, 0);
   row->tflops = 2.0 * (double)row->selected * H * (QK_DIM + V_DIM) / (row->ms_attn * 1e-3) / 1e12;
@@ -1392,11 +1569,38 @@ static void run_serve_attn_row(bench *b, row_result *row, int64_t S) {
   DSA_CK(dsa_indexer_decode_workspace_size(&a, &ws_i));
   ensure_ws(&b->d_ws_idx, &b->ws_idx_cap, ws_i);
   stage ix = {ST_DEC_INDEXER, &a, b->d_ws_idx, ws_i};
-  stage at = attn_stage(b, &m);
-  const stage *all[] = {&ix, &at};
+  stage at0 = attn_stage(b, &m);
+  const stage *all[] = {&ix, &at0};
   poison_and_run(b, T, H, 0, all, 2);
   if (o->check) copy_topk_back(b, T);
-  check_and_time_attention(b, row, &at, T, H);
+  /* --cold: replicas 1..K-1: the indexer once on other pages of the pool, for their own top-k */
+  const int need = cold_need(b, (double)row->selected * (double)b->kv_slot_bytes);
+  const int64_t nb = ceil_div(S, PAGE);
+  const int K = cold_block_tables(b, B, nb, need);
+  cold_queries(b, K, T, H);
+  dsa_sparse_mla_args *mr = xmalloc(sizeof *mr * (size_t)K);
+  stage *at = xmalloc(sizeof *at * (size_t)K);
+  for (int j = 0; j < K; j++) {
+    mr[j] = m;
+    if (j > 0) {
+      dsa_indexer_decode_args aj = a;
+      aj.block_table = b->d_bt_rot + (size_t)(j - 1) * B * nb;
+      aj.block_table_stride = nb;
+      aj.query.q = cold_qi(b, j, T);
+      aj.topk_indices = cold_topk(b, j, T);
+      aj.topk_lens = cold_lens(b, j, T);
+      const stage ixj = {ST_DEC_INDEXER, &aj, b->d_ws_idx, ws_i};
+      stage_run(&ixj, b->stream);
+      mr[j].q = cold_qa(b, j, T, H);
+      mr[j].indices = aj.topk_indices;
+      mr[j].lens = aj.topk_lens;
+    }
+    at[j] = (stage){ST_ATTN, &mr[j], at0.ws, at0.ws_bytes};
+  }
+  CK(cudaStreamSynchronize(b->stream));
+  check_and_time_attention(b, row, at, K, need, T, H);
+  free(mr);
+  free(at);
 }
 
 /* attn: sparse MLA alone. Decode rows: `reqs` requests of one token, each over its own
@@ -1418,10 +1622,19 @@ static const attn_shape ATTN_SHAPES[] = {
 };
 #define ATTN_NSHAPES ((int)(sizeof ATTN_SHAPES / sizeof ATTN_SHAPES[0]))
 
-static void make_attn_indices(bench *b, const attn_shape *sh, rng *r) {
+/* Replica j (--cold): requests j x reqs + t (decode) or j (prefill), written to d_topk / d_lens
+ * (j = 0) or the replica's top-k (h_topk / h_lens keep replica 0's for --check). */
+static void make_attn_indices(bench *b, const attn_shape *sh, rng *r, int j) {
   const int k = b->o.topk;
+  int32_t *keep_topk = NULL, *keep_lens = NULL;
+  if (j > 0) { /* h_topk / h_lens hold replica 0's: build this replica's in scratch, then restore */
+    keep_topk = xmalloc(sizeof(int32_t) * (size_t)sh->tokens * k);
+    keep_lens = xmalloc(sizeof(int32_t) * (size_t)sh->tokens);
+    memcpy(keep_topk, b->h_topk, sizeof(int32_t) * (size_t)sh->tokens * k);
+    memcpy(keep_lens, b->h_lens, sizeof(int32_t) * (size_t)sh->tokens);
+  }
   for (int t = 0; t < sh->tokens; t++) {
-    const int req = sh->prefill ? 0 : t;
+    const int req = sh->prefill ? j : j * sh->reqs + t;
     const int64_t L = sh->prefill ? ATTN_PREFILL_S - sh->tokens + 1 + t : ATTN_DECODE_S;
     const int n = (int)imin64(k, L);
     int32_t *row = b->h_topk + (size_t)t * k, *pos = b->ref_topk; /* ref_topk: [topk] scratch */
@@ -1438,8 +1651,15 @@ static void make_attn_indices(bench *b, const attn_shape *sh, rng *r) {
     for (int j = n; j < k; j++) row[j] = -1;
     b->h_lens[t] = n;
   }
-  CK(cudaMemcpy(b->d_topk, b->h_topk, sizeof(int32_t) * (size_t)sh->tokens * k, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(b->d_lens, b->h_lens, sizeof(int32_t) * (size_t)sh->tokens, cudaMemcpyHostToDevice));
+  int32_t *dt = j > 0 ? cold_topk(b, j, sh->tokens) : b->d_topk, *dl = j > 0 ? cold_lens(b, j, sh->tokens) : b->d_lens;
+  CK(cudaMemcpy(dt, b->h_topk, sizeof(int32_t) * (size_t)sh->tokens * k, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dl, b->h_lens, sizeof(int32_t) * (size_t)sh->tokens, cudaMemcpyHostToDevice));
+  if (j > 0) {
+    memcpy(b->h_topk, keep_topk, sizeof(int32_t) * (size_t)sh->tokens * k);
+    memcpy(b->h_lens, keep_lens, sizeof(int32_t) * (size_t)sh->tokens);
+    free(keep_topk);
+    free(keep_lens);
+  }
 }
 
 static void run_attn_row(bench *b, row_result *row, const attn_shape *sh, int stream_id) {
@@ -1453,17 +1673,36 @@ static void run_attn_row(bench *b, row_result *row, const attn_shape *sh, int st
   row->heads = H;
   row->S = sh->prefill ? ATTN_PREFILL_S : ATTN_DECODE_S;
   rng r = rng_make(o->seed, 100 + (uint64_t)stream_id);
-  make_attn_indices(b, sh, &r);
+  make_attn_indices(b, sh, &r, 0);
   for (int t = 0; t < T; t++) row->selected += b->h_lens[t];
   dsa_sparse_mla_args m = attn_args(b, T, H, 0);
-  stage at = attn_stage(b, &m);
+  stage at0 = attn_stage(b, &m);
   /* Outputs poisoned, indices kept (poison_and_run would poison those too), one run, checked. */
   CK(cudaMemsetAsync(b->d_out, 0xFF, (size_t)T * H * V_DIM * 2, b->stream));
   CK(cudaMemsetAsync(b->d_lse, 0xFF, sizeof(float) * (size_t)T * H, b->stream));
-  stage_run(&at, b->stream);
+  stage_run(&at0, b->stream);
   CK(cudaStreamSynchronize(b->stream));
   CK(cudaGetLastError());
-  check_and_time_attention(b, row, &at, T, H);
+  /* --cold: replicas 1..K-1 select from other requests' contexts (their own indices, q copies) */
+  const int need = cold_need(b, (double)row->selected * (double)b->kv_slot_bytes);
+  const int per_replica = sh->prefill ? 1 : sh->reqs;
+  const int K = (int)imin64(imin64(need, COLD_MAX_REPLICAS), imax64(1, b->n_req / per_replica));
+  cold_queries(b, K, T, H);
+  dsa_sparse_mla_args *mr = xmalloc(sizeof *mr * (size_t)K);
+  stage *at = xmalloc(sizeof *at * (size_t)K);
+  for (int j = 0; j < K; j++) {
+    mr[j] = m;
+    if (j > 0) {
+      make_attn_indices(b, sh, &r, j);
+      mr[j].q = cold_qa(b, j, T, H);
+      mr[j].indices = cold_topk(b, j, T);
+      mr[j].lens = cold_lens(b, j, T);
+    }
+    at[j] = (stage){ST_ATTN, &mr[j], at0.ws, at0.ws_bytes};
+  }
+  check_and_time_attention(b, row, at, K, need, T, H);
+  free(mr);
+  free(at);
 }
 
 static void print_progress(const row_result *r) {
@@ -1476,6 +1715,7 @@ static void print_progress(const row_result *r) {
     printf(" scores %.4f  indexer %.4f", r->ms_scores, r->ms_indexer);
   printf("  attn %.4f ms [%s]", r->ms_attn, r->timing);
   if (r->gate_timeouts) printf(" (%d gate timeout(s))", r->gate_timeouts);
+  if (r->replicas > 1 || r->flushed) printf("  cold: %d replica(s)%s", r->replicas, r->flushed ? ", flush" : "");
   if (r->check >= 0)
     printf("  check %s (cpu reference %.1f s)", r->check ? "FAILED" : "ok", r->check_s);
   printf("\n");
@@ -1505,6 +1745,7 @@ static void print_config(const bench *b, const char *title) {
          "%d %s; top-k = indexer - scores\n",
          title, b->dev_name, o->index_heads, IDX_DIM, o->q_fp8 ? "fp8" : "bf16", o->topk, PAGE,
          o->heads, o->kv_fp8 ? "fp8" : "bf16", o->iters, o->gate ? "gated replays" : "replays");
+  if (o->cold) printf("cold: replays rotate over input replicas >= 2 x L2 apart (256 MB flush where too few fit)\n");
 }
 
 static void print_stage_table(const bench *b, const char *title, const row_result *rows, int n,
@@ -1563,7 +1804,7 @@ static void print_attn_table(const bench *b, const row_result *rows, int n) {
 static void print_attn_only_table(const bench *b, const row_result *rows, int n) {
   printf("\n== sparse MLA attention alone | %s | topk %d, KV %s | median of %d %s, %s L2\n", b->dev_name,
          b->o.topk, b->o.kv_fp8 ? "packed fp8 (656 B)" : "bf16 (1152 B)", b->o.iters,
-         b->o.gate ? "gated replays" : "replays", b->o.cold ? "cold (256 MB written before each)" : "hot");
+         b->o.gate ? "gated replays" : "replays", b->o.cold ? "cold (rotating input replicas)" : "hot");
   printf("%-20s %6s %5s %10s %8s %8s %6s %4s %5s\n", "shape", "tokens", "heads", "attn_us", "TFLOP/s", "%bf16pk",
          "%floor", "t", "check");
   for (int i = 0; i < n; i++) {
@@ -1676,6 +1917,7 @@ static void write_json(const bench *b, const row_result *rows, int n, const char
     json_num(f, r->gluon_ms > 0 ? r->ms_total / r->gluon_ms : 0, r->gluon_ms > 0);
     fprintf(f, ", \"attn_tflops\": ");
     json_num(f, r->tflops, r->table == TBL_SERVE_ATTN || r->table == TBL_ATTN);
+    fprintf(f, ", \"cold_replicas\": %d, \"cold_flushed_stages\": %d", r->replicas, r->flushed);
     fprintf(f, ", \"timing\": \"%s\", \"gate_timeouts\": %d, \"check\": \"%s\", \"check_s\": ",
             r->timing, r->gate_timeouts, r->check < 0 ? "not run" : r->check ? "fail" : "ok");
     json_num(f, r->check_s, r->check >= 0);
