@@ -331,6 +331,12 @@ static void rows_from_prefill(dsa_rows *r, const dsa_indexer_prefill_args *a, in
   r->page_size = a->cache.page_size;
 }
 
+/* DSA_TOPK_CLUSTER=0 keeps few long rows off the one-cluster-a-row top-k (tests of the other paths). */
+static int topk_cluster_allowed(void) {
+  const char *e = getenv("DSA_TOPK_CLUSTER");
+  return !(e && strcmp(e, "0") == 0);
+}
+
 /* Scores + top-k over num_tokens tokens in chunks of plan.chunk. */
 static dsa_status run_indexer(const char *fn, const dsa_indexer_query *q, const dsa_index_k_cache *c,
                               dsa_rows rows, int num_tokens, int topk, int max_len, int32_t *out,
@@ -366,6 +372,8 @@ static dsa_status run_indexer(const char *fn, const dsa_indexer_query *q, const 
     tp.topk = topk;
     tp.out = out + (size_t)t0 * topk;
     tp.out_lens = lens ? lens + t0 : NULL;
+    tp.num_sms = sms;
+    tp.allow_cluster = topk_cluster_allowed();
     CHECK(cuda_status(fn, dsa_topk_launch(&tp, topk_ws, stream)));
   }
   return DSA_OK;
@@ -527,6 +535,8 @@ dsa_status dsa_topk(const dsa_topk_args *a, void *ws, size_t ws_bytes, cudaStrea
     tp.topk = a->topk;
     tp.out = a->indices + r0 * a->topk;
     tp.out_lens = a->lens ? a->lens + r0 : NULL;
+    tp.num_sms = sms;
+    tp.allow_cluster = topk_cluster_allowed();
     CHECK(cuda_status(fn, dsa_topk_launch(&tp, ws, stream)));
   }
   return DSA_OK;

@@ -138,6 +138,8 @@ typedef struct {
   int topk;
   int32_t *out;            /* row of launch-token i at out + i * topk */
   int32_t *out_lens;       /* may be NULL; indexed like out */
+  int num_sms;             /* of the current device: few long rows go to one cluster each */
+  int allow_cluster;       /* 0: never the cluster path (DSA_TOPK_CLUSTER=0, tests of the chain) */
 } dsa_topk_params;
 /* workspace: dsa_topk_ws_layout(num_tokens).total bytes. */
 int dsa_topk_launch(const dsa_topk_params *p, void *workspace, cudaStream_t stream);

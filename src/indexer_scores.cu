@@ -33,6 +33,7 @@
 
 #include "dsa_kernels.h"
 #include "launch.cuh"
+#include "ptx.cuh"
 #include "rows.cuh"
 
 #define SC_WARPS 8
@@ -156,6 +157,9 @@ __global__ void __launch_bounds__(SC_THREADS, ONE ? 2 : 1)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int t0 = blockIdx.y * T;
   const int nt = min(T, p.num_tokens - t0);
+  /* The top-k kernel after this one may start launching (it waits for this grid's scores with
+   * griddepcontrol.wait before reading anything). */
+  ptx_griddep_launch_dependents();
 
   /* Token lengths and the union of their key ranges. */
   if (tid < SC_MAX_T) {

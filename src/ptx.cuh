@@ -55,6 +55,11 @@ __device__ __forceinline__ void ptx_cp_async_16(uint32_t dst, const void *src, i
                "l"(__cvta_generic_to_global(src)), "r"(src_bytes)
                : "memory");
 }
+/* 4-byte async copy global -> shared, through L1 (cp.async, §9.7.9.25.3.1: .ca is the only
+ * cache mode for sizes below 16). */
+__device__ __forceinline__ void ptx_cp_async_4(uint32_t dst, const void *src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(__cvta_generic_to_global(src)) : "memory");
+}
 /* cp.async.commit_group / wait_group (§9.7.9.25.3.2, §9.7.9.25.3.3). */
 __device__ __forceinline__ void ptx_cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
@@ -360,6 +365,12 @@ __device__ __forceinline__ uint32_t ptx_cluster_ctarank(void) {
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
   return r;
 }
+/* CTAs in this CTA's cluster (1 for a launch without clusters). */
+__device__ __forceinline__ uint32_t ptx_cluster_nctarank(void) {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(r));
+  return r;
+}
 /* All threads of all CTAs of the cluster; release/acquire orders shared-memory writes before the
  * barrier with reads after it, across the cluster. */
 __device__ __forceinline__ void ptx_cluster_sync(void) {
@@ -376,6 +387,16 @@ __device__ __forceinline__ uint32_t ptx_mapa(uint32_t smem_addr, uint32_t rank) 
 __device__ __forceinline__ float4 ptx_ld_cluster_f32x4(uint32_t addr) {
   float4 v;
   asm("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint32_t ptx_ld_cluster_u32(uint32_t addr) {
+  uint32_t v;
+  asm("ld.shared::cluster.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint4 ptx_ld_cluster_u32x4(uint32_t addr) {
+  uint4 v;
+  asm("ld.shared::cluster.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
   return v;
 }
 __device__ __forceinline__ float2 ptx_ld_cluster_f32x2(uint32_t addr) {
