@@ -331,6 +331,15 @@ static void rows_from_prefill(dsa_rows *r, const dsa_indexer_prefill_args *a, in
   r->page_size = a->cache.page_size;
 }
 
+/* DSA_INDEXER_KERNEL=v2 puts FP8 q on the FP8 wgmma scorer (opt-in until it beats v1), v1 forces the
+ * mma.sync one; comparisons and tests. */
+static int indexer_kernel_forced(void) {
+  const char *e = getenv("DSA_INDEXER_KERNEL");
+  if (e && strcmp(e, "v1") == 0) return 1;
+  if (e && strcmp(e, "v2") == 0) return 2;
+  return 0;
+}
+
 /* DSA_TOPK_CLUSTER=0 keeps few long rows off the one-cluster-a-row top-k (tests of the other paths). */
 static int topk_cluster_allowed(void) {
   const char *e = getenv("DSA_TOPK_CLUSTER");
@@ -359,6 +368,7 @@ static dsa_status run_indexer(const char *fn, const dsa_indexer_query *q, const 
       sp.num_sms = sms;
       sp.num_tokens = n;
       sp.skip_len = topk;
+      sp.kernel = indexer_kernel_forced();
       sp.scores = scores;
       sp.scores_stride = plan->stride;
       CHECK(cuda_status(fn, dsa_indexer_scores_launch(&sp, stream)));
@@ -445,6 +455,7 @@ static dsa_status run_scores(const char *fn, const dsa_indexer_query *q, const d
     sp.num_sms = sms;
     sp.num_tokens = (int)(num_tokens - t0 < per ? num_tokens - t0 : per);
     sp.skip_len = skip_len;
+    sp.kernel = indexer_kernel_forced();
     sp.scores = scores + t0 * stride;
     sp.scores_stride = stride;
     sp.fill_tail = 1; /* DESIGN §3: columns past L hold -inf */

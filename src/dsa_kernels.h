@@ -82,7 +82,7 @@ int dsa_index_k_store_launch(const dsa_index_k_store_args *a, cudaStream_t strea
 int dsa_mla_kv_store_launch(const dsa_mla_kv_store_args *a, cudaStream_t stream);
 
 
-/* ---- shared by indexer_scores.cu and topk.cu: which positions a score row covers ---- */
+/* ---- shared by indexer_scores/ and topk.cu: which positions a score row covers ---- */
 typedef enum {
   DSA_ROWS_PLAIN = 0,    /* row t has row_lens[t] (or max_len) positions; output = position */
   DSA_ROWS_DECODE = 1,   /* position i of token t -> block-table slot; L from seq_lens */
@@ -114,7 +114,7 @@ typedef struct {
   int page_size;
 } dsa_rows;
 
-/* ---- indexer_scores.cu ---- */
+/* ---- indexer_scores/ (launch.cu dispatches: v1_mma.cu, v2_fp8_wgmma.cu) ---- */
 typedef struct {
   dsa_indexer_query q;
   dsa_index_k_cache cache;
@@ -126,8 +126,12 @@ typedef struct {
   int64_t scores_stride;
   int fill_tail;           /* 1: positions [L, rows.max_len) of every row get -inf (the scores-only
                               calls); 0: only [0, L) is written (the indexer's own workspace) */
+  int kernel;              /* 0: the library's choice (v1); 1: v1 (mma.sync); 2: v2 (FP8 wgmma, FP8 q
+                              only) (DSA_INDEXER_KERNEL=v1|v2) */
 } dsa_scores_params;
 int dsa_indexer_scores_launch(const dsa_scores_params *p, cudaStream_t stream);
+int dsa_indexer_scores_v1_launch(const dsa_scores_params *p, cudaStream_t stream);
+int dsa_indexer_scores_v2_launch(const dsa_scores_params *p, cudaStream_t stream);
 
 /* ---- topk.cu ---- */
 typedef struct {

@@ -1,5 +1,6 @@
 /*
- * indexer_scores.cu — stage 1 of DSA: lightning-indexer scores on tensor cores.
+ * indexer_scores/v1_mma.cu — stage 1 of DSA: lightning-indexer scores on mma.sync (bf16 q, and FP8 q
+ * where the wgmma kernel (v2_fp8_wgmma.cu) is not chosen).
  *
  *   score[t, x] = softmax_scale * sum_h w[t,h] * relu( q[t,h,:] . k[x,:] ),   h < H <= 64, dims 128
  *
@@ -33,6 +34,7 @@
 
 #include "dsa_kernels.h"
 #include "launch.cuh"
+#include "indexer_scores/common.cuh"
 #include "ptx.cuh"
 #include "rows.cuh"
 
@@ -40,7 +42,6 @@
 #define SC_THREADS (SC_WARPS * 32)
 #define SC_TILE (SC_WARPS * 32)     /* keys per tile: 32 per warp */
 #define SC_QROW 136                 /* halves per staged q row: 128 + 8 pad (272 B: conflict-free) */
-#define SC_MAX_T 16
 #define SC_SMALL_T 8
 #define SC_STAGE_BYTES (SC_TILE * (DSA_INDEX_HEAD_DIM + 4 + 4)) /* rows, scales, valid flags */
 #define SC_WARP_ROWS_BYTES (32 * DSA_INDEX_HEAD_DIM)
@@ -61,14 +62,6 @@ static __device__ __forceinline__ void mma_f16_16816(float c[4], const uint32_t 
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-
-/* Per-CTA token-group state in shared memory (after the q rows). */
-typedef struct {
-  int len[SC_MAX_T];   /* scored length (0: not scored) */
-  int begin[SC_MAX_T];
-  int fill[SC_MAX_T];  /* fill_tail: -inf from this position on (the visible length) */
-  int any_negative_qscale;
-} sc_group;
 
 static __host__ __device__ size_t sc_q_bytes(int T, int HP) {
   return ((size_t)T * HP * SC_QROW * 2 + (size_t)3 * T * HP * 4 + sizeof(sc_group) + 127) & ~(size_t)127;
@@ -129,20 +122,6 @@ static __device__ __forceinline__ uint32_t u4_word(const uint4 &v, int w) {
  * grid: x = ranges of tiles_per_cta tiles, y = token groups of T tokens.
  * Decode requires T == q_len_per_req and token_begin a multiple of it (one request per group).
  */
-/* fill_tail: positions [L, max_len) of the group's rows inside [range_lo, range_hi) (this CTA's
- * tiles, in output positions) get -inf; never overlaps a score store (those are below L). */
-static __device__ __forceinline__ void sc_fill_tail(const dsa_scores_params &p, const sc_group *grp, int nt, int t0,
-                                                    long long range_lo, long long range_hi) {
-  if (!p.fill_tail) return;
-  if (range_hi > p.rows.max_len) range_hi = p.rows.max_len;
-  for (int ti = 0; ti < nt; ti++) {
-    float *row = p.scores + (long long)(t0 + ti) * p.scores_stride;
-    for (long long i = (grp->fill[ti] > range_lo ? grp->fill[ti] : range_lo) + threadIdx.x; i < range_hi;
-         i += SC_THREADS)
-      row[i] = -INFINITY;
-  }
-}
-
 template <int HP, int NS, bool ONE>
 __global__ void __launch_bounds__(SC_THREADS, ONE ? 2 : 1)
     indexer_scores_kernel(const dsa_scores_params p, int T, int tiles_per_cta) {
@@ -162,27 +141,8 @@ __global__ void __launch_bounds__(SC_THREADS, ONE ? 2 : 1)
   ptx_griddep_launch_dependents();
 
   /* Token lengths and the union of their key ranges. */
-  if (tid < SC_MAX_T) {
-    int L = 0, b = 0, f = 0x7fffffff;
-    if (tid < nt) {
-      L = rows_len(p.rows, t0 + tid);
-      b = rows_begin(p.rows, t0 + tid);
-      f = L;
-      if (L <= p.skip_len) L = 0;
-    }
-    grp->len[tid] = L;
-    grp->begin[tid] = b;
-    grp->fill[tid] = f;
-  }
-  if (tid == 0) grp->any_negative_qscale = 0;
-  __syncthreads();
-  int lo = 0x7fffffff, hi = 0;
-  for (int i = 0; i < nt; i++) {
-    if (grp->len[i] > 0) {
-      lo = min(lo, grp->begin[i]);
-      hi = max(hi, grp->begin[i] + grp->len[i]);
-    }
-  }
+  int lo, hi;
+  sc_group_setup(p, grp, nt, t0, &lo, &hi);
   const int tile_first = blockIdx.x * tiles_per_cta;
   int tile_end = tile_first + tiles_per_cta;
   const long long range_lo = (long long)tile_first * SC_TILE, range_hi = (long long)tile_end * SC_TILE;
@@ -448,7 +408,7 @@ static int sc_launch(const dsa_scores_params *p, int T, int HP, int groups, int 
   return (int)err;
 }
 
-extern "C" int dsa_indexer_scores_launch(const dsa_scores_params *p, cudaStream_t stream) {
+extern "C" int dsa_indexer_scores_v1_launch(const dsa_scores_params *p, cudaStream_t stream) {
   if (p->num_tokens <= 0) return 0;
   const int HP = p->q.num_heads <= 32 ? 32 : 64;
   if (p->rows.mode == DSA_ROWS_DECODE) {

@@ -1,0 +1,307 @@
+/*
+ * indexer_scores/v2_fp8_wgmma.cu — stage 1 of DSA for FP8 q: lightning-indexer scores on e4m3 wgmma.
+ *
+ *   score[t, x] = softmax_scale * sum_h w[t,h] * relu( q_scale[t,h] * k_scale[x] * (q8[t,h,:] . k8[x,:]) )
+ *
+ * Both operands stay e4m3, as stored: FP8 wgmma takes both K-major, and both already are — a key is
+ * a 128-byte row of the paged cache (DESIGN §3), a (token, head) of q a 128-byte row of q.
+ *
+ * Per CTA (two warpgroups, 256 threads): a group of T tokens, a contiguous range of key tiles of
+ * 128 keys, 64 a warpgroup. Per warpgroup and tile:
+ *   keys   each warp copies 16 of the 64 rows global -> shared memory with cp.async (zero-filled for
+ *          slots outside the cache) into an NS-stage ring, in the 128-byte-swizzle layout wgmma
+ *          reads (16-byte chunk c of row r at chunk c ^ (r & 7), 1024-byte atoms of 8 rows); the
+ *          row's scale and a valid flag beside the rows;
+ *   S      D[64 keys, N] = A[64 keys, 128] . B[N, 128]^T, N = (token, head) columns of the group in
+ *          chunks of NC <= 256: four m64nNCk32 e4m3 wgmma, f32 accumulation;
+ *   out    per token: relu, weight (x q_scale), sum over its heads (a thread holds 2 keys x 2 columns
+ *          of every 8; two quad shuffles), x k_scale; -inf for keys outside the cache; one float
+ *          store per key and token.
+ * A warpgroup waits for its own copies (cp.async.wait_group, fence.proxy.async, a named barrier of
+ * its 128 threads) and refills the stage it finished last tile, so NS-1 tiles are in flight.
+ * Shapes: HP = heads padded to 32 or 64 (zero q rows, zero weights); T <= 16.
+ */
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "dsa_kernels.h"
+#include "indexer_scores/common.cuh"
+#include "launch.cuh"
+#include "ptx.cuh"
+#include "rows.cuh"
+
+#define W2_THREADS 256
+#define W2_WG_KEYS 64                       /* keys a warpgroup takes of a tile (wgmma M) */
+#define W2_TILE (2 * W2_WG_KEYS)            /* keys a CTA takes per step */
+#define W2_ROW 128                          /* bytes of a key / q row (DSA_INDEX_HEAD_DIM e4m3) */
+#define W2_WG_ROWS_BYTES (W2_WG_KEYS * W2_ROW) /* 8 KB, 1024-aligned */
+#define W2_WG_STAGE 9216                    /* rows, 64 scales, 64 flags; a multiple of 1024 */
+#define W2_STAGE (2 * W2_WG_STAGE)
+#define W2_NS 4                             /* stages of the key ring */
+#define W2_PREFILL_T32 16                   /* prefill tokens a CTA groups, 32 heads (two chunks of 256) */
+#define W2_PREFILL_T64 8                    /* 64 heads */
+static_assert(DSA_INDEX_HEAD_DIM == W2_ROW, "one e4m3 key row is one 128-byte swizzle row");
+
+static __host__ __device__ __forceinline__ int w2_round1024(int v) { return (v + 1023) & ~1023; }
+
+/* Shared memory after aligning the base to 1024: q tile [qrows][128] | NS stages | wq, w, qsc
+ * [qrows] floats | the group. */
+static __host__ __device__ __forceinline__ int w2_q_bytes(int qrows) { return w2_round1024(qrows * W2_ROW); }
+static size_t w2_smem_bytes(int qrows) {
+  return 1024 + (size_t)w2_q_bytes(qrows) + (size_t)W2_NS * W2_STAGE + (size_t)3 * qrows * 4 + sizeof(sc_group) + 16;
+}
+
+/* Issue this warp's 16 rows [row0, row0 + 16) of its warpgroup's 64 keys, key coordinates
+ * x0 + row0 + i, into the warpgroup's stage `st`. */
+static __device__ __forceinline__ void w2_issue_keys(unsigned char *st, const dsa_scores_params &p, int t0, int x0,
+                                                     int row0, int lo, int hi, int lane) {
+  const int page_size = p.cache.page_size;
+  const long long page_bytes = (long long)page_size * (DSA_INDEX_HEAD_DIM + 4);
+  const int x = x0 + row0 + (lane & 15);
+  long long slot = -1;
+  if (lane < 16 && x >= lo && x < hi) slot = rows_key_slot(p.rows, t0, x);
+  const uint8_t *base = p.cache.data;
+  int row = 0;
+  if (slot >= 0) base += (long long)div_page((int)slot, page_size, &row) * page_bytes; /* slots < 2^31 */
+  const uint32_t s_rows = ptx_smem_u32(st);
+  const uint32_t s_scale = s_rows + W2_WG_ROWS_BYTES;
+  int *s_ok = (int *)(st + W2_WG_ROWS_BYTES + W2_WG_KEYS * 4);
+  if (lane < 16) {
+    s_ok[row0 + lane] = slot >= 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s_scale + (row0 + lane) * 4),
+                 "l"(__cvta_generic_to_global(base + (long long)page_size * DSA_INDEX_HEAD_DIM + row * 4)),
+                 "r"(slot >= 0 ? 4 : 0)
+                 : "memory");
+  }
+  const uint8_t *krow = base + (long long)row * DSA_INDEX_HEAD_DIM;
+  const int ch = lane & 7;
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    const int r = j * 4 + (lane >> 3); /* 0..15 */
+    const unsigned long long src = __shfl_sync(0xffffffffu, (unsigned long long)krow, r);
+    const int valid = __shfl_sync(0xffffffffu, (int)(slot >= 0), r);
+    const int R = row0 + r;
+    ptx_cp_async_16(s_rows + R * W2_ROW + ((ch ^ (R & 7)) << 4), (const void *)(src + ch * 16), valid ? 16 : 0);
+  }
+}
+
+/*
+ * grid: x = ranges of tiles_per_cta tiles, y = token groups of T tokens.
+ * Decode requires T == q_len_per_req and token_begin a multiple of it (one request per group).
+ */
+template <int HP, int NC>
+__global__ void __launch_bounds__(W2_THREADS, NC <= 64 ? 2 : 1)
+    indexer_scores_v2_kernel(const dsa_scores_params p, int T, int tiles_per_cta) {
+  static_assert(NC >= HP && NC % HP == 0 && NC <= 256, "a chunk holds whole tokens");
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char *smem = smem_raw + ((1024 - (ptx_smem_u32(smem_raw) & 1023)) & 1023);
+  const int chunks = (T * HP + NC - 1) / NC;
+  const int qrows = chunks * NC;
+  unsigned char *q_tile = smem;                              /* [qrows][128] e4m3, swizzled */
+  unsigned char *stages = smem + w2_q_bytes(qrows);          /* NS x 2 warpgroups x W2_WG_STAGE */
+  float *wq_smem = (float *)(stages + W2_NS * W2_STAGE);     /* w * softmax_scale * q_scale */
+  float *w_smem = wq_smem + qrows;                           /* w * softmax_scale */
+  float *qsc_smem = w_smem + qrows;                          /* q_scale */
+  sc_group *grp = (sc_group *)(qsc_smem + qrows);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int wg = warp >> 2, wi = warp & 3;
+  const int t0 = blockIdx.y * T;
+  const int nt = min(T, p.num_tokens - t0);
+  /* The top-k kernel after this one may start launching (it waits with griddepcontrol.wait). */
+  ptx_griddep_launch_dependents();
+
+  int lo, hi;
+  sc_group_setup(p, grp, nt, t0, &lo, &hi);
+  const int tile_first = blockIdx.x * tiles_per_cta;
+  int tile_end = tile_first + tiles_per_cta;
+  const long long range_lo = (long long)tile_first * W2_TILE, range_hi = (long long)tile_end * W2_TILE;
+  if (hi <= lo) {
+    sc_fill_tail(p, grp, nt, t0, range_lo, range_hi);
+    return;
+  }
+  tile_end = min(tile_end, (hi + W2_TILE - 1) / W2_TILE);
+  const int tile_begin = max(tile_first, lo / W2_TILE);
+  if (tile_begin >= tile_end) {
+    sc_fill_tail(p, grp, nt, t0, range_lo, range_hi);
+    return;
+  }
+
+  /* The key ring's first NS-1 tiles go out before q is staged. */
+  const int row0 = 16 * wi;
+#define W2_WG_STAGE_PTR(i) (stages + ((i) % W2_NS) * W2_STAGE + wg * W2_WG_STAGE)
+#pragma unroll
+  for (int i = 0; i < W2_NS - 1; i++) {
+    if (tile_begin + i < tile_end)
+      w2_issue_keys(W2_WG_STAGE_PTR(i), p, t0, (tile_begin + i) * W2_TILE + wg * W2_WG_KEYS, row0, lo, hi, lane);
+    ptx_cp_async_commit();
+  }
+
+  /* q rows (e4m3, as stored) into the swizzled B tile, weights beside: one warp per (token, head). */
+  const int H = p.q.num_heads;
+  for (int n = warp; n < qrows; n += W2_THREADS / 32) {
+    const int ti = n / HP, h = n % HP;
+    const int ta = p.rows.token_begin + t0 + ti;
+    const bool live = ti < nt && h < H && grp->len[ti] > 0;
+    uint32_t v = 0;
+    float qscale = 1.f, w = 0.f;
+    if (live) {
+      const long long row = (long long)ta * H + h;
+      v = *(const uint32_t *)((const uint8_t *)p.q.q + row * DSA_INDEX_HEAD_DIM + lane * 4);
+      qscale = p.q.q_scale[row];
+      const long long woff = (long long)ta * p.q.weights_stride + h;
+      w = p.q.weights_dtype == DSA_DTYPE_F32 ? ((const float *)p.q.weights)[woff]
+                                             : __bfloat162float(((const __nv_bfloat16 *)p.q.weights)[woff]);
+      w *= p.q.softmax_scale;
+    }
+    *(uint32_t *)(q_tile + n * W2_ROW + (((lane >> 2) ^ (n & 7)) << 4) + (lane & 3) * 4) = v;
+    if (lane == 0) {
+      wq_smem[n] = w * qscale;
+      w_smem[n] = w;
+      qsc_smem[n] = qscale;
+      if (!(qscale >= 0.f)) grp->any_negative_qscale = 1;
+    }
+  }
+  ptx_fence_proxy_async_smem(); /* q's generic stores before wgmma reads them */
+  __syncthreads();
+  const bool qscale_nonneg = grp->any_negative_qscale == 0;
+
+  const uint32_t q_addr = ptx_smem_u32(q_tile);
+  const int c = lane & 3, rq = lane >> 2;
+  const int r0 = 16 * wi + rq, r1 = r0 + 8; /* this thread's two keys of the warpgroup's 64 */
+  for (int tile = tile_begin; tile < tile_end; tile++) {
+    const int it = tile - tile_begin;
+    const int x0 = tile * W2_TILE + wg * W2_WG_KEYS;
+    /* this warp's copies of tile `it` landed; the warpgroup's barrier makes all four warps' visible
+     * (to wgmma too: the fence orders them before async-proxy reads), and every warp is past the
+     * previous tile, whose stage is refilled now */
+    ptx_cp_async_wait<W2_NS - 2>();
+    ptx_fence_proxy_async_smem();
+    ptx_bar_sync(1 + wg, 128);
+    if (tile + W2_NS - 1 < tile_end)
+      w2_issue_keys(W2_WG_STAGE_PTR(it + W2_NS - 1), p, t0, x0 + (W2_NS - 1) * W2_TILE, row0, lo, hi, lane);
+    ptx_cp_async_commit();
+
+    /* nothing to do when no token of the group sees one of these 64 keys (warpgroup-uniform) */
+    bool any = false;
+    for (int ti = 0; ti < nt; ti++) {
+      const int L = grp->len[ti], bt = grp->begin[ti];
+      any |= L > 0 && x0 < bt + L && x0 + W2_WG_KEYS > bt;
+    }
+    if (!any) continue;
+
+    const unsigned char *st = W2_WG_STAGE_PTR(it);
+    const uint32_t a_addr = ptx_smem_u32(st);
+    const float ks0 = ((const float *)(st + W2_WG_ROWS_BYTES))[r0];
+    const float ks1 = ((const float *)(st + W2_WG_ROWS_BYTES))[r1];
+    const int ok0 = ((const int *)(st + W2_WG_ROWS_BYTES + W2_WG_KEYS * 4))[r0];
+    const int ok1 = ((const int *)(st + W2_WG_ROWS_BYTES + W2_WG_KEYS * 4))[r1];
+    const bool fast = qscale_nonneg && __all_sync(0xffffffffu, ks0 >= 0.f && ks1 >= 0.f);
+
+    for (int chk = 0; chk < chunks; chk++) {
+      float acc[NC / 2];
+#pragma unroll
+      for (int i = 0; i < NC / 2; i++) acc[i] = 0.f;
+      ptx_wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < 4; ks++) {
+        const uint64_t da = ptx_wgmma_desc_sw128(a_addr + 32 * ks, 16, 1024);
+        const uint64_t db = ptx_wgmma_desc_sw128(q_addr + chk * NC * W2_ROW + 32 * ks, 16, 1024);
+        ptx_wgmma_k32_e4m3<NC>(acc, da, db, ks > 0);
+      }
+      ptx_wgmma_commit();
+      ptx_wgmma_wait<0>();
+      ptx_reg_fence(acc);
+
+      /* Column n = chk * NC + 8j + 2c (+1) is (token n / HP, head n % HP); rows r0 (acc[4j], [4j+1])
+       * and r1 (acc[4j+2], [4j+3]). */
+#pragma unroll
+      for (int tl = 0; tl < NC / HP; tl++) {
+        const int ti = (chk * NC) / HP + tl;
+        if (ti >= nt) break;
+        const int L = grp->len[ti], bt = grp->begin[ti];
+        if (L == 0 || x0 >= bt + L || x0 + W2_WG_KEYS <= bt) continue;
+        float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+        for (int jj = 0; jj < HP / 8; jj++) {
+          const int j = tl * (HP / 8) + jj;
+          const int n = chk * NC + 8 * j + 2 * c;
+          if (fast) {
+            const float2 wv = *(const float2 *)(wq_smem + n);
+            s0 += wv.x * fmaxf(acc[4 * j], 0.f) + wv.y * fmaxf(acc[4 * j + 1], 0.f);
+            s1 += wv.x * fmaxf(acc[4 * j + 2], 0.f) + wv.y * fmaxf(acc[4 * j + 3], 0.f);
+          } else {
+            const float2 wv = *(const float2 *)(w_smem + n);
+            const float2 sv = *(const float2 *)(qsc_smem + n);
+            s0 += wv.x * fmaxf(acc[4 * j] * sv.x * ks0, 0.f) + wv.y * fmaxf(acc[4 * j + 1] * sv.y * ks0, 0.f);
+            s1 += wv.x * fmaxf(acc[4 * j + 2] * sv.x * ks1, 0.f) + wv.y * fmaxf(acc[4 * j + 3] * sv.y * ks1, 0.f);
+          }
+        }
+        s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
+        s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+        if (fast) {
+          s0 *= ks0;
+          s1 *= ks1;
+        }
+        /* lane c = 0 stores key r0, c = 1 key r1 */
+        const int r = c == 0 ? r0 : r1;
+        const float v = c == 0 ? (ok0 ? s0 : -INFINITY) : (ok1 ? s1 : -INFINITY);
+        const int x = x0 + r;
+        if (c < 2 && x >= bt && x < bt + L) p.scores[(long long)(t0 + ti) * p.scores_stride + (x - bt)] = v;
+      }
+    }
+  }
+#undef W2_WG_STAGE_PTR
+  sc_fill_tail(p, grp, nt, t0, range_lo, range_hi);
+}
+
+template <int HP, int NC>
+static cudaError_t w2_launch_t(const dsa_scores_params *p, dim3 grid, int T, int tpc, cudaStream_t stream) {
+  static dsa_smem_cache cache;
+  const int qrows = (T * HP + NC - 1) / NC * NC;
+  return dsa_launch_smem(indexer_scores_v2_kernel<HP, NC>, &cache, grid, W2_THREADS, w2_smem_bytes(qrows), stream,
+                         false, *p, T, tpc);
+}
+
+/* max_x <= DSA_MAX_ROW_LEN (dsa.c): tile arithmetic in the kernel stays inside int. */
+static int w2_launch(const dsa_scores_params *p, int T, int HP, int groups, int max_x, cudaStream_t stream) {
+  const int total_tiles = (int)(((int64_t)max_x + W2_TILE - 1) / W2_TILE);
+  if (total_tiles == 0 || groups == 0) return 0;
+  /* Enough CTAs to fill the SMs several times over; a big token group amortises its q staging
+   * over more tiles per CTA. */
+  const long long want = (long long)(p->num_sms > 0 ? p->num_sms : 132) * ((long long)T * HP >= 256 ? 2 : 8);
+  int tpc = (int)(((long long)total_tiles * groups + want - 1) / want);
+  if (tpc < 1) tpc = 1;
+  if (tpc > 64) tpc = 64;
+  const dim3 grid((total_tiles + tpc - 1) / tpc, groups);
+  const int n = T * HP;
+  cudaError_t err;
+  if (HP == 32)
+    err = n <= 32    ? w2_launch_t<32, 32>(p, grid, T, tpc, stream)
+          : n <= 64  ? w2_launch_t<32, 64>(p, grid, T, tpc, stream)
+          : n <= 128 ? w2_launch_t<32, 128>(p, grid, T, tpc, stream)
+                     : w2_launch_t<32, 256>(p, grid, T, tpc, stream);
+  else
+    err = n <= 64    ? w2_launch_t<64, 64>(p, grid, T, tpc, stream)
+          : n <= 128 ? w2_launch_t<64, 128>(p, grid, T, tpc, stream)
+                     : w2_launch_t<64, 256>(p, grid, T, tpc, stream);
+  return (int)err;
+}
+
+extern "C" int dsa_indexer_scores_v2_launch(const dsa_scores_params *p, cudaStream_t stream) {
+  if (p->num_tokens <= 0) return 0;
+  const int HP = p->q.num_heads <= 32 ? 32 : 64;
+  if (p->rows.mode == DSA_ROWS_DECODE) {
+    const int n = p->rows.q_len_per_req;
+    return w2_launch(p, n, HP, p->num_tokens / n, p->rows.max_len, stream);
+  }
+  /* Prefill: key coordinates are workspace rows (<= DSA_MAX_ROW_LEN); with fill_tail the CTAs also
+   * cover the output positions up to max_len (which may pass num_ws_rows). */
+  const int T = HP == 32 ? W2_PREFILL_T32 : W2_PREFILL_T64;
+  const int groups = (p->num_tokens + T - 1) / T;
+  int max_x = (int)p->rows.num_ws_rows;
+  if (p->fill_tail && p->rows.max_len > max_x) max_x = p->rows.max_len;
+  return w2_launch(p, T, HP, groups, max_x, stream);
+}
