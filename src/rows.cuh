@@ -57,24 +57,40 @@ static __device__ __forceinline__ int rows_begin(const dsa_rows &r, int t) {
  * the cache. Callers pass x < rows_begin + rows_len; the range is checked here anyway (one compare)
  * so that a length re-read after an aliasing output changed it can never index past the block
  * table row or the workspace. */
-static __device__ __forceinline__ long long rows_key_slot(const dsa_rows &r, int t, int x) {
+/* rows_key_slot in two halves, for callers that issue the lookup's load early and use it later:
+ * rows_key_raw does the one global load (block-table entry / workspace slot; -1 when x is out of
+ * range), rows_key_slot_from_raw the checks. rows_key_slot(r, t, x) ==
+ * rows_key_slot_from_raw(r, x, rows_key_raw(r, t, x)). */
+static __device__ __forceinline__ long long rows_key_raw(const dsa_rows &r, int t, int x) {
   if (x < 0) return -1;
   if (r.mode == DSA_ROWS_DECODE) {
     const int req = (r.token_begin + t) / r.q_len_per_req;
     int in_page;
     const int col = div_page(x, r.page_size, &in_page);
     if (col >= r.max_blocks) return -1;
-    const int page = r.block_table[(long long)req * r.block_table_stride + col];
-    if (page < 0 || page >= r.num_pages) return -1;
-    return (long long)page * r.page_size + in_page;
+    return r.block_table[(long long)req * r.block_table_stride + col];
   }
   if (r.mode == DSA_ROWS_PREFILL) {
     if (x >= r.num_ws_rows) return -1;
-    const long long s = r.ws_slots[x];
-    if (s < 0 || s >= r.num_pages * (long long)r.page_size) return -1;
-    return s;
+    return r.ws_slots[x];
   }
   return x;
+}
+static __device__ __forceinline__ long long rows_key_slot_from_raw(const dsa_rows &r, int x, long long raw) {
+  if (r.mode == DSA_ROWS_DECODE) {
+    if (raw < 0 || raw >= r.num_pages) return -1;
+    int in_page;
+    (void)div_page(x, r.page_size, &in_page);
+    return raw * r.page_size + in_page;
+  }
+  if (r.mode == DSA_ROWS_PREFILL) {
+    if (raw < 0 || raw >= r.num_pages * (long long)r.page_size) return -1;
+    return raw;
+  }
+  return raw;
+}
+static __device__ __forceinline__ long long rows_key_slot(const dsa_rows &r, int t, int x) {
+  return rows_key_slot_from_raw(r, x, rows_key_raw(r, t, x));
 }
 
 /* What position i of launch-token t reports in the top-k output. */

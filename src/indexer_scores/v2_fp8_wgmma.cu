@@ -51,15 +51,22 @@ static size_t w2_smem_bytes(int qrows) {
   return 1024 + (size_t)w2_q_bytes(qrows) + (size_t)W2_NS * W2_STAGE + (size_t)3 * qrows * 4 + sizeof(sc_group) + 16;
 }
 
-/* Issue this warp's 16 rows [row0, row0 + 16) of its warpgroup's 64 keys, key coordinates
- * x0 + row0 + i, into the warpgroup's stage `st`. */
-static __device__ __forceinline__ void w2_issue_keys(unsigned char *st, const dsa_scores_params &p, int t0, int x0,
-                                                     int row0, int lo, int hi, int lane) {
+/* The lookup of this lane's key of a warp's 16 (lanes 0-15: key x0 + row0 + lane), issued a tile
+ * ahead of its copies so that the load's latency passes under a tile of work: the raw block-table
+ * entry / workspace slot (-1: nothing to read). */
+static __device__ __forceinline__ long long w2_key_raw(const dsa_scores_params &p, int t0, int x0, int row0, int lo,
+                                                       int hi, int lane) {
+  const int x = x0 + row0 + (lane & 15);
+  return lane < 16 && x >= lo && x < hi ? rows_key_raw(p.rows, t0, x) : -1;
+}
+
+/* Issue this warp's 16 rows [row0, row0 + 16) of its warpgroup's 64 keys (key coordinates
+ * x0 + row0 + i, looked up by w2_key_raw) into the warpgroup's stage `st`. */
+static __device__ __forceinline__ void w2_issue_keys(unsigned char *st, const dsa_scores_params &p, long long raw,
+                                                     int x0, int row0, int lane) {
   const int page_size = p.cache.page_size;
   const long long page_bytes = (long long)page_size * (DSA_INDEX_HEAD_DIM + 4);
-  const int x = x0 + row0 + (lane & 15);
-  long long slot = -1;
-  if (lane < 16 && x >= lo && x < hi) slot = rows_key_slot(p.rows, t0, x);
+  const long long slot = lane < 16 && raw >= 0 ? rows_key_slot_from_raw(p.rows, x0 + row0 + lane, raw) : -1;
   const uint8_t *base = p.cache.data;
   int row = 0;
   if (slot >= 0) base += (long long)div_page((int)slot, page_size, &row) * page_bytes; /* slots < 2^31 */
@@ -132,10 +139,13 @@ __global__ void __launch_bounds__(W2_THREADS, NC <= 64 ? 2 : 1)
 #define W2_WG_STAGE_PTR(i) (stages + ((i) % W2_NS) * W2_STAGE + wg * W2_WG_STAGE)
 #pragma unroll
   for (int i = 0; i < W2_NS - 1; i++) {
+    const int xt = (tile_begin + i) * W2_TILE + wg * W2_WG_KEYS;
     if (tile_begin + i < tile_end)
-      w2_issue_keys(W2_WG_STAGE_PTR(i), p, t0, (tile_begin + i) * W2_TILE + wg * W2_WG_KEYS, row0, lo, hi, lane);
+      w2_issue_keys(W2_WG_STAGE_PTR(i), p, w2_key_raw(p, t0, xt, row0, lo, hi, lane), xt, row0, lane);
     ptx_cp_async_commit();
   }
+  /* the lookup for the first refill (tile tile_begin + NS - 1) */
+  long long raw_next = w2_key_raw(p, t0, (tile_begin + W2_NS - 1) * W2_TILE + wg * W2_WG_KEYS, row0, lo, hi, lane);
 
   /* q rows (e4m3, as stored) into the swizzled B tile, weights beside: one warp per (token, head). */
   const int H = p.q.num_heads;
@@ -179,8 +189,10 @@ __global__ void __launch_bounds__(W2_THREADS, NC <= 64 ? 2 : 1)
     ptx_fence_proxy_async_smem();
     ptx_bar_sync(1 + wg, 128);
     if (tile + W2_NS - 1 < tile_end)
-      w2_issue_keys(W2_WG_STAGE_PTR(it + W2_NS - 1), p, t0, x0 + (W2_NS - 1) * W2_TILE, row0, lo, hi, lane);
+      w2_issue_keys(W2_WG_STAGE_PTR(it + W2_NS - 1), p, raw_next, x0 + (W2_NS - 1) * W2_TILE, row0, lane);
     ptx_cp_async_commit();
+    /* the next refill's lookup now; its value is first used one tile later */
+    raw_next = w2_key_raw(p, t0, x0 + W2_NS * W2_TILE, row0, lo, hi, lane);
 
     /* nothing to do when no token of the group sees one of these 64 keys (warpgroup-uniform) */
     bool any = false;
