@@ -40,6 +40,7 @@
 #define W2_NS 4                             /* stages of the key ring */
 #define W2_PREFILL_T32 16                   /* prefill tokens a CTA groups, 32 heads (two chunks of 256) */
 #define W2_PREFILL_T64 8                    /* 64 heads */
+#define W2_QBATCH 4                         /* q rows a warp loads before it stores them */
 static_assert(DSA_INDEX_HEAD_DIM == W2_ROW, "one e4m3 key row is one 128-byte swizzle row");
 
 static __host__ __device__ __forceinline__ int w2_round1024(int v) { return (v + 1023) & ~1023; }
@@ -147,29 +148,43 @@ __global__ void __launch_bounds__(W2_THREADS, NC <= 64 ? 2 : 1)
   /* the lookup for the first refill (tile tile_begin + NS - 1) */
   long long raw_next = w2_key_raw(p, t0, (tile_begin + W2_NS - 1) * W2_TILE + wg * W2_WG_KEYS, row0, lo, hi, lane);
 
-  /* q rows (e4m3, as stored) into the swizzled B tile, weights beside: one warp per (token, head). */
+  /* q rows (e4m3, as stored) into the swizzled B tile, weights beside: warp w takes rows w, w + 8,
+   * ...; W2_QBATCH rows' loads are issued before any of them is stored (prefill stages 512 rows:
+   * one load latency a row would cost tens of microseconds a CTA). qrows is a multiple of 32. */
   const int H = p.q.num_heads;
-  for (int n = warp; n < qrows; n += W2_THREADS / 32) {
-    const int ti = n / HP, h = n % HP;
-    const int ta = p.rows.token_begin + t0 + ti;
-    const bool live = ti < nt && h < H && grp->len[ti] > 0;
-    uint32_t v = 0;
-    float qscale = 1.f, w = 0.f;
-    if (live) {
-      const long long row = (long long)ta * H + h;
-      v = *(const uint32_t *)((const uint8_t *)p.q.q + row * DSA_INDEX_HEAD_DIM + lane * 4);
-      qscale = p.q.q_scale[row];
-      const long long woff = (long long)ta * p.q.weights_stride + h;
-      w = p.q.weights_dtype == DSA_DTYPE_F32 ? ((const float *)p.q.weights)[woff]
-                                             : __bfloat162float(((const __nv_bfloat16 *)p.q.weights)[woff]);
-      w *= p.q.softmax_scale;
+  for (int n0 = warp; n0 < qrows; n0 += W2_QBATCH * (W2_THREADS / 32)) {
+    uint32_t v[W2_QBATCH];
+    float qscale[W2_QBATCH], w[W2_QBATCH];
+#pragma unroll
+    for (int u = 0; u < W2_QBATCH; u++) {
+      const int n = n0 + u * (W2_THREADS / 32);
+      const int ti = n / HP, h = n % HP;
+      const int ta = p.rows.token_begin + t0 + ti;
+      const bool live = n < qrows && ti < nt && h < H && grp->len[ti] > 0;
+      v[u] = 0;
+      qscale[u] = 1.f;
+      w[u] = 0.f;
+      if (live) {
+        const long long row = (long long)ta * H + h;
+        v[u] = *(const uint32_t *)((const uint8_t *)p.q.q + row * DSA_INDEX_HEAD_DIM + lane * 4);
+        qscale[u] = p.q.q_scale[row];
+        const long long woff = (long long)ta * p.q.weights_stride + h;
+        w[u] = (p.q.weights_dtype == DSA_DTYPE_F32 ? ((const float *)p.q.weights)[woff]
+                                                   : __bfloat162float(((const __nv_bfloat16 *)p.q.weights)[woff])) *
+               p.q.softmax_scale;
+      }
     }
-    *(uint32_t *)(q_tile + n * W2_ROW + (((lane >> 2) ^ (n & 7)) << 4) + (lane & 3) * 4) = v;
-    if (lane == 0) {
-      wq_smem[n] = w * qscale;
-      w_smem[n] = w;
-      qsc_smem[n] = qscale;
-      if (!(qscale >= 0.f)) grp->any_negative_qscale = 1;
+#pragma unroll
+    for (int u = 0; u < W2_QBATCH; u++) {
+      const int n = n0 + u * (W2_THREADS / 32);
+      if (n >= qrows) break;
+      *(uint32_t *)(q_tile + n * W2_ROW + (((lane >> 2) ^ (n & 7)) << 4) + (lane & 3) * 4) = v[u];
+      if (lane == 0) {
+        wq_smem[n] = w[u] * qscale[u];
+        w_smem[n] = w[u];
+        qsc_smem[n] = qscale[u];
+        if (!(qscale[u] >= 0.f)) grp->any_negative_qscale = 1;
+      }
     }
   }
   ptx_fence_proxy_async_smem(); /* q's generic stores before wgmma reads them */
@@ -281,12 +296,13 @@ static cudaError_t w2_launch_t(const dsa_scores_params *p, dim3 grid, int T, int
 static int w2_launch(const dsa_scores_params *p, int T, int HP, int groups, int max_x, cudaStream_t stream) {
   const int total_tiles = (int)(((int64_t)max_x + W2_TILE - 1) / W2_TILE);
   if (total_tiles == 0 || groups == 0) return 0;
-  /* Enough CTAs to fill the SMs several times over; a big token group amortises its q staging
-   * over more tiles per CTA. */
-  const long long want = (long long)(p->num_sms > 0 ? p->num_sms : 132) * ((long long)T * HP >= 256 ? 2 : 8);
+  /* About two CTAs an SM, each over many tiles: a CTA's setup (group, q) and its ring's first
+   * fill are paid once per CTA, not once per few tiles (v2's first version used v1's 8 per SM and
+   * lost to v1 at 128k and 1M decode). */
+  const long long want = (long long)(p->num_sms > 0 ? p->num_sms : 132) * 2;
   int tpc = (int)(((long long)total_tiles * groups + want - 1) / want);
   if (tpc < 1) tpc = 1;
-  if (tpc > 64) tpc = 64;
+  if (tpc > 256) tpc = 256;
   const dim3 grid((total_tiles + tpc - 1) / tpc, groups);
   const int n = T * HP;
   cudaError_t err;
