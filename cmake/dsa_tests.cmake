@@ -40,9 +40,11 @@ set_tests_properties(dsa.gpu_topk_chain PROPERTIES ENVIRONMENT "DSA_TOPK_CLUSTER
 # the indexer cases on the FP8 wgmma scorer (opt-in)
 add_test(NAME dsa.gpu_scores_v2 COMMAND test_gpu)
 set_tests_properties(dsa.gpu_scores_v2 PROPERTIES ENVIRONMENT "DSA_INDEXER_KERNEL=v2;DSA_TEST_ONLY=indexer")
+add_test(NAME dsa.gpu_scores_v3 COMMAND test_gpu)
+set_tests_properties(dsa.gpu_scores_v3 PROPERTIES ENVIRONMENT "DSA_INDEXER_KERNEL=v3;DSA_TEST_ONLY=indexer")
 add_test(NAME dsa.gpu_garbage_v3 COMMAND test_gpu_garbage)
 set_tests_properties(dsa.gpu_garbage_v3 PROPERTIES ENVIRONMENT "DSA_MLA_KERNEL=v3;DSA_TEST_ONLY=attention")
-set_tests_properties(dsa.gpu dsa.gpu_v1 dsa.gpu_v2 dsa.gpu_v3 dsa.gpu_topk_chain dsa.gpu_scores_v2 dsa.gpu_garbage dsa.gpu_garbage_v2 dsa.gpu_garbage_v3
+set_tests_properties(dsa.gpu dsa.gpu_v1 dsa.gpu_v2 dsa.gpu_v3 dsa.gpu_topk_chain dsa.gpu_scores_v2 dsa.gpu_scores_v3 dsa.gpu_garbage dsa.gpu_garbage_v2 dsa.gpu_garbage_v3
                      PROPERTIES SKIP_RETURN_CODE 77)
 
 # ---- Host-layer tests that run without a GPU, under AddressSanitizer + UndefinedBehaviorSanitizer ----

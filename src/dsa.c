@@ -331,12 +331,13 @@ static void rows_from_prefill(dsa_rows *r, const dsa_indexer_prefill_args *a, in
   r->page_size = a->cache.page_size;
 }
 
-/* DSA_INDEXER_KERNEL=v2 puts FP8 q on the FP8 wgmma scorer (opt-in until it beats v1), v1 forces the
- * mma.sync one; comparisons and tests. */
+/* DSA_INDEXER_KERNEL=v2 / v3 put FP8 q on an FP8 wgmma scorer (opt-in until one beats v1), v1 forces
+ * the mma.sync one; comparisons and tests. */
 static int indexer_kernel_forced(void) {
   const char *e = getenv("DSA_INDEXER_KERNEL");
   if (e && strcmp(e, "v1") == 0) return 1;
   if (e && strcmp(e, "v2") == 0) return 2;
+  if (e && strcmp(e, "v3") == 0) return 3;
   return 0;
 }
 

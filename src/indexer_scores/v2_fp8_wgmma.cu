@@ -21,76 +21,26 @@
  * its 128 threads) and refills the stage it finished last tile, so NS-1 tiles are in flight.
  * Shapes: HP = heads padded to 32 or 64 (zero q rows, zero weights); T <= 16.
  */
-#include <cuda_bf16.h>
 #include <stdint.h>
 
 #include "dsa_kernels.h"
 #include "indexer_scores/common.cuh"
+#include "indexer_scores/fp8_tile.cuh"
 #include "launch.cuh"
 #include "ptx.cuh"
 #include "rows.cuh"
 
 #define W2_THREADS 256
-#define W2_WG_KEYS 64                       /* keys a warpgroup takes of a tile (wgmma M) */
-#define W2_TILE (2 * W2_WG_KEYS)            /* keys a CTA takes per step */
-#define W2_ROW 128                          /* bytes of a key / q row (DSA_INDEX_HEAD_DIM e4m3) */
-#define W2_WG_ROWS_BYTES (W2_WG_KEYS * W2_ROW) /* 8 KB, 1024-aligned */
-#define W2_WG_STAGE 9216                    /* rows, 64 scales, 64 flags; a multiple of 1024 */
+#define W2_TILE (2 * W2_WG_KEYS)            /* keys a CTA takes per step: 64 a warpgroup */
 #define W2_STAGE (2 * W2_WG_STAGE)
 #define W2_NS 4                             /* stages of the key ring */
 #define W2_PREFILL_T32 16                   /* prefill tokens a CTA groups, 32 heads (two chunks of 256) */
 #define W2_PREFILL_T64 8                    /* 64 heads */
-#define W2_QBATCH 4                         /* q rows a warp loads before it stores them */
-static_assert(DSA_INDEX_HEAD_DIM == W2_ROW, "one e4m3 key row is one 128-byte swizzle row");
-
-static __host__ __device__ __forceinline__ int w2_round1024(int v) { return (v + 1023) & ~1023; }
 
 /* Shared memory after aligning the base to 1024: q tile [qrows][128] | NS stages | wq, w, qsc
  * [qrows] floats | the group. */
-static __host__ __device__ __forceinline__ int w2_q_bytes(int qrows) { return w2_round1024(qrows * W2_ROW); }
 static size_t w2_smem_bytes(int qrows) {
   return 1024 + (size_t)w2_q_bytes(qrows) + (size_t)W2_NS * W2_STAGE + (size_t)3 * qrows * 4 + sizeof(sc_group) + 16;
-}
-
-/* The lookup of this lane's key of a warp's 16 (lanes 0-15: key x0 + row0 + lane), issued a tile
- * ahead of its copies so that the load's latency passes under a tile of work: the raw block-table
- * entry / workspace slot (-1: nothing to read). */
-static __device__ __forceinline__ long long w2_key_raw(const dsa_scores_params &p, int t0, int x0, int row0, int lo,
-                                                       int hi, int lane) {
-  const int x = x0 + row0 + (lane & 15);
-  return lane < 16 && x >= lo && x < hi ? rows_key_raw(p.rows, t0, x) : -1;
-}
-
-/* Issue this warp's 16 rows [row0, row0 + 16) of its warpgroup's 64 keys (key coordinates
- * x0 + row0 + i, looked up by w2_key_raw) into the warpgroup's stage `st`. */
-static __device__ __forceinline__ void w2_issue_keys(unsigned char *st, const dsa_scores_params &p, long long raw,
-                                                     int x0, int row0, int lane) {
-  const int page_size = p.cache.page_size;
-  const long long page_bytes = (long long)page_size * (DSA_INDEX_HEAD_DIM + 4);
-  const long long slot = lane < 16 && raw >= 0 ? rows_key_slot_from_raw(p.rows, x0 + row0 + lane, raw) : -1;
-  const uint8_t *base = p.cache.data;
-  int row = 0;
-  if (slot >= 0) base += (long long)div_page((int)slot, page_size, &row) * page_bytes; /* slots < 2^31 */
-  const uint32_t s_rows = ptx_smem_u32(st);
-  const uint32_t s_scale = s_rows + W2_WG_ROWS_BYTES;
-  int *s_ok = (int *)(st + W2_WG_ROWS_BYTES + W2_WG_KEYS * 4);
-  if (lane < 16) {
-    s_ok[row0 + lane] = slot >= 0;
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s_scale + (row0 + lane) * 4),
-                 "l"(__cvta_generic_to_global(base + (long long)page_size * DSA_INDEX_HEAD_DIM + row * 4)),
-                 "r"(slot >= 0 ? 4 : 0)
-                 : "memory");
-  }
-  const uint8_t *krow = base + (long long)row * DSA_INDEX_HEAD_DIM;
-  const int ch = lane & 7;
-#pragma unroll
-  for (int j = 0; j < 4; j++) {
-    const int r = j * 4 + (lane >> 3); /* 0..15 */
-    const unsigned long long src = __shfl_sync(0xffffffffu, (unsigned long long)krow, r);
-    const int valid = __shfl_sync(0xffffffffu, (int)(slot >= 0), r);
-    const int R = row0 + r;
-    ptx_cp_async_16(s_rows + R * W2_ROW + ((ch ^ (R & 7)) << 4), (const void *)(src + ch * 16), valid ? 16 : 0);
-  }
 }
 
 /*
@@ -100,7 +50,6 @@ static __device__ __forceinline__ void w2_issue_keys(unsigned char *st, const ds
 template <int HP, int NC>
 __global__ void __launch_bounds__(W2_THREADS, NC <= 64 ? 2 : 1)
     indexer_scores_v2_kernel(const dsa_scores_params p, int T, int tiles_per_cta) {
-  static_assert(NC >= HP && NC % HP == 0 && NC <= 256, "a chunk holds whole tokens");
   extern __shared__ unsigned char smem_raw[];
   unsigned char *smem = smem_raw + ((1024 - (ptx_smem_u32(smem_raw) & 1023)) & 1023);
   const int chunks = (T * HP + NC - 1) / NC;
@@ -148,52 +97,12 @@ __global__ void __launch_bounds__(W2_THREADS, NC <= 64 ? 2 : 1)
   /* the lookup for the first refill (tile tile_begin + NS - 1) */
   long long raw_next = w2_key_raw(p, t0, (tile_begin + W2_NS - 1) * W2_TILE + wg * W2_WG_KEYS, row0, lo, hi, lane);
 
-  /* q rows (e4m3, as stored) into the swizzled B tile, weights beside: warp w takes rows w, w + 8,
-   * ...; W2_QBATCH rows' loads are issued before any of them is stored (prefill stages 512 rows:
-   * one load latency a row would cost tens of microseconds a CTA). qrows is a multiple of 32. */
-  const int H = p.q.num_heads;
-  for (int n0 = warp; n0 < qrows; n0 += W2_QBATCH * (W2_THREADS / 32)) {
-    uint32_t v[W2_QBATCH];
-    float qscale[W2_QBATCH], w[W2_QBATCH];
-#pragma unroll
-    for (int u = 0; u < W2_QBATCH; u++) {
-      const int n = n0 + u * (W2_THREADS / 32);
-      const int ti = n / HP, h = n % HP;
-      const int ta = p.rows.token_begin + t0 + ti;
-      const bool live = n < qrows && ti < nt && h < H && grp->len[ti] > 0;
-      v[u] = 0;
-      qscale[u] = 1.f;
-      w[u] = 0.f;
-      if (live) {
-        const long long row = (long long)ta * H + h;
-        v[u] = *(const uint32_t *)((const uint8_t *)p.q.q + row * DSA_INDEX_HEAD_DIM + lane * 4);
-        qscale[u] = p.q.q_scale[row];
-        const long long woff = (long long)ta * p.q.weights_stride + h;
-        w[u] = (p.q.weights_dtype == DSA_DTYPE_F32 ? ((const float *)p.q.weights)[woff]
-                                                   : __bfloat162float(((const __nv_bfloat16 *)p.q.weights)[woff])) *
-               p.q.softmax_scale;
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < W2_QBATCH; u++) {
-      const int n = n0 + u * (W2_THREADS / 32);
-      if (n >= qrows) break;
-      *(uint32_t *)(q_tile + n * W2_ROW + (((lane >> 2) ^ (n & 7)) << 4) + (lane & 3) * 4) = v[u];
-      if (lane == 0) {
-        wq_smem[n] = w[u] * qscale[u];
-        w_smem[n] = w[u];
-        qsc_smem[n] = qscale[u];
-        if (!(qscale[u] >= 0.f)) grp->any_negative_qscale = 1;
-      }
-    }
-  }
+  w2_stage_q<HP>(p, grp, q_tile, wq_smem, w_smem, qsc_smem, qrows, nt, t0, warp, W2_THREADS / 32, lane);
   ptx_fence_proxy_async_smem(); /* q's generic stores before wgmma reads them */
   __syncthreads();
   const bool qscale_nonneg = grp->any_negative_qscale == 0;
 
   const uint32_t q_addr = ptx_smem_u32(q_tile);
-  const int c = lane & 3, rq = lane >> 2;
-  const int r0 = 16 * wi + rq, r1 = r0 + 8; /* this thread's two keys of the warpgroup's 64 */
   for (int tile = tile_begin; tile < tile_end; tile++) {
     const int it = tile - tile_begin;
     const int x0 = tile * W2_TILE + wg * W2_WG_KEYS;
@@ -210,75 +119,9 @@ __global__ void __launch_bounds__(W2_THREADS, NC <= 64 ? 2 : 1)
     raw_next = w2_key_raw(p, t0, x0 + W2_NS * W2_TILE, row0, lo, hi, lane);
 
     /* nothing to do when no token of the group sees one of these 64 keys (warpgroup-uniform) */
-    bool any = false;
-    for (int ti = 0; ti < nt; ti++) {
-      const int L = grp->len[ti], bt = grp->begin[ti];
-      any |= L > 0 && x0 < bt + L && x0 + W2_WG_KEYS > bt;
-    }
-    if (!any) continue;
-
-    const unsigned char *st = W2_WG_STAGE_PTR(it);
-    const uint32_t a_addr = ptx_smem_u32(st);
-    const float ks0 = ((const float *)(st + W2_WG_ROWS_BYTES))[r0];
-    const float ks1 = ((const float *)(st + W2_WG_ROWS_BYTES))[r1];
-    const int ok0 = ((const int *)(st + W2_WG_ROWS_BYTES + W2_WG_KEYS * 4))[r0];
-    const int ok1 = ((const int *)(st + W2_WG_ROWS_BYTES + W2_WG_KEYS * 4))[r1];
-    const bool fast = qscale_nonneg && __all_sync(0xffffffffu, ks0 >= 0.f && ks1 >= 0.f);
-
-    for (int chk = 0; chk < chunks; chk++) {
-      float acc[NC / 2];
-#pragma unroll
-      for (int i = 0; i < NC / 2; i++) acc[i] = 0.f;
-      ptx_wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < 4; ks++) {
-        const uint64_t da = ptx_wgmma_desc_sw128(a_addr + 32 * ks, 16, 1024);
-        const uint64_t db = ptx_wgmma_desc_sw128(q_addr + chk * NC * W2_ROW + 32 * ks, 16, 1024);
-        ptx_wgmma_k32_e4m3<NC>(acc, da, db, ks > 0);
-      }
-      ptx_wgmma_commit();
-      ptx_wgmma_wait<0>();
-      ptx_reg_fence(acc);
-
-      /* Column n = chk * NC + 8j + 2c (+1) is (token n / HP, head n % HP); rows r0 (acc[4j], [4j+1])
-       * and r1 (acc[4j+2], [4j+3]). */
-#pragma unroll
-      for (int tl = 0; tl < NC / HP; tl++) {
-        const int ti = (chk * NC) / HP + tl;
-        if (ti >= nt) break;
-        const int L = grp->len[ti], bt = grp->begin[ti];
-        if (L == 0 || x0 >= bt + L || x0 + W2_WG_KEYS <= bt) continue;
-        float s0 = 0.f, s1 = 0.f;
-#pragma unroll
-        for (int jj = 0; jj < HP / 8; jj++) {
-          const int j = tl * (HP / 8) + jj;
-          const int n = chk * NC + 8 * j + 2 * c;
-          if (fast) {
-            const float2 wv = *(const float2 *)(wq_smem + n);
-            s0 += wv.x * fmaxf(acc[4 * j], 0.f) + wv.y * fmaxf(acc[4 * j + 1], 0.f);
-            s1 += wv.x * fmaxf(acc[4 * j + 2], 0.f) + wv.y * fmaxf(acc[4 * j + 3], 0.f);
-          } else {
-            const float2 wv = *(const float2 *)(w_smem + n);
-            const float2 sv = *(const float2 *)(qsc_smem + n);
-            s0 += wv.x * fmaxf(acc[4 * j] * sv.x * ks0, 0.f) + wv.y * fmaxf(acc[4 * j + 1] * sv.y * ks0, 0.f);
-            s1 += wv.x * fmaxf(acc[4 * j + 2] * sv.x * ks1, 0.f) + wv.y * fmaxf(acc[4 * j + 3] * sv.y * ks1, 0.f);
-          }
-        }
-        s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
-        s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
-        s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
-        s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
-        if (fast) {
-          s0 *= ks0;
-          s1 *= ks1;
-        }
-        /* lane c = 0 stores key r0, c = 1 key r1 */
-        const int r = c == 0 ? r0 : r1;
-        const float v = c == 0 ? (ok0 ? s0 : -INFINITY) : (ok1 ? s1 : -INFINITY);
-        const int x = x0 + r;
-        if (c < 2 && x >= bt && x < bt + L) p.scores[(long long)(t0 + ti) * p.scores_stride + (x - bt)] = v;
-      }
-    }
+    if (!w2_any_visible(grp, nt, x0)) continue;
+    w2_tile_scores<HP, NC>(p, grp, W2_WG_STAGE_PTR(it), q_addr, wq_smem, w_smem, qsc_smem, chunks, nt, t0, x0,
+                           qscale_nonneg, wi, lane);
   }
 #undef W2_WG_STAGE_PTR
   sc_fill_tail(p, grp, nt, t0, range_lo, range_hi);

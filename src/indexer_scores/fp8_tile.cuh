@@ -1,0 +1,197 @@
+/*
+ * indexer_scores/fp8_tile.cuh — the pieces of the FP8 wgmma scorers (v2_fp8_wgmma.cu,
+ * v3_fp8_ws.cu) that do not depend on how a CTA divides its work: a 64-key tile's copies into the
+ * 128-byte-swizzled layout wgmma reads, q staged as the B operand, and one warpgroup's scores of a
+ * tile (four m64nNk32 e4m3 wgmma a chunk of N columns, then relu, weight, head sum, k-scale).
+ */
+#pragma once
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "dsa_kernels.h"
+#include "indexer_scores/common.cuh"
+#include "ptx.cuh"
+#include "rows.cuh"
+
+#define W2_WG_KEYS 64                          /* keys of a tile: one warpgroup's wgmma M */
+#define W2_ROW 128                             /* bytes of a key / q row (DSA_INDEX_HEAD_DIM e4m3) */
+#define W2_WG_ROWS_BYTES (W2_WG_KEYS * W2_ROW) /* 8 KB, 1024-aligned */
+#define W2_WG_STAGE 9216                       /* a tile's stage: rows, 64 scales, 64 flags; 1024-multiple */
+#define W2_QBATCH 4                            /* q rows a warp loads before it stores them */
+static_assert(DSA_INDEX_HEAD_DIM == W2_ROW, "one e4m3 key row is one 128-byte swizzle row");
+
+static __host__ __device__ __forceinline__ int w2_round1024(int v) { return (v + 1023) & ~1023; }
+static __host__ __device__ __forceinline__ int w2_q_bytes(int qrows) { return w2_round1024(qrows * W2_ROW); }
+
+/* The lookup of this lane's key of a warp's 16 (lanes 0-15: key x0 + row0 + lane), issued a tile
+ * ahead of its copies so that the load's latency passes under a tile of work: the raw block-table
+ * entry / workspace slot (-1: nothing to read). */
+static __device__ __forceinline__ long long w2_key_raw(const dsa_scores_params &p, int t0, int x0, int row0, int lo,
+                                                       int hi, int lane) {
+  const int x = x0 + row0 + (lane & 15);
+  return lane < 16 && x >= lo && x < hi ? rows_key_raw(p.rows, t0, x) : -1;
+}
+
+/* Issue this warp's 16 rows [row0, row0 + 16) of its warpgroup's 64 keys (key coordinates
+ * x0 + row0 + i, looked up by w2_key_raw) into the warpgroup's stage `st`. */
+static __device__ __forceinline__ void w2_issue_keys(unsigned char *st, const dsa_scores_params &p, long long raw,
+                                                     int x0, int row0, int lane) {
+  const int page_size = p.cache.page_size;
+  const long long page_bytes = (long long)page_size * (DSA_INDEX_HEAD_DIM + 4);
+  const long long slot = lane < 16 && raw >= 0 ? rows_key_slot_from_raw(p.rows, x0 + row0 + lane, raw) : -1;
+  const uint8_t *base = p.cache.data;
+  int row = 0;
+  if (slot >= 0) base += (long long)div_page((int)slot, page_size, &row) * page_bytes; /* slots < 2^31 */
+  const uint32_t s_rows = ptx_smem_u32(st);
+  const uint32_t s_scale = s_rows + W2_WG_ROWS_BYTES;
+  int *s_ok = (int *)(st + W2_WG_ROWS_BYTES + W2_WG_KEYS * 4);
+  if (lane < 16) {
+    s_ok[row0 + lane] = slot >= 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s_scale + (row0 + lane) * 4),
+                 "l"(__cvta_generic_to_global(base + (long long)page_size * DSA_INDEX_HEAD_DIM + row * 4)),
+                 "r"(slot >= 0 ? 4 : 0)
+                 : "memory");
+  }
+  const uint8_t *krow = base + (long long)row * DSA_INDEX_HEAD_DIM;
+  const int ch = lane & 7;
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    const int r = j * 4 + (lane >> 3); /* 0..15 */
+    const unsigned long long src = __shfl_sync(0xffffffffu, (unsigned long long)krow, r);
+    const int valid = __shfl_sync(0xffffffffu, (int)(slot >= 0), r);
+    const int R = row0 + r;
+    ptx_cp_async_16(s_rows + R * W2_ROW + ((ch ^ (R & 7)) << 4), (const void *)(src + ch * 16), valid ? 16 : 0);
+  }
+}
+
+
+/* q rows (e4m3, as stored) into the swizzled B tile [qrows][128], weights beside (w x softmax_scale
+ * (x q_scale), q_scale): warp w of nwarps takes rows w, w + nwarps, ...; W2_QBATCH rows' loads are
+ * issued before any of them is stored (prefill stages 512 rows: one load latency a row would cost
+ * tens of microseconds a CTA). Sets grp->any_negative_qscale; the caller fences and syncs. */
+template <int HP>
+static __device__ __forceinline__ void w2_stage_q(const dsa_scores_params &p, sc_group *grp, unsigned char *q_tile,
+                                                  float *wq_smem, float *w_smem, float *qsc_smem, int qrows, int nt,
+                                                  int t0, int warp, int nwarps, int lane) {
+  const int H = p.q.num_heads;
+  for (int n0 = warp; n0 < qrows; n0 += W2_QBATCH * nwarps) {
+    uint32_t v[W2_QBATCH];
+    float qscale[W2_QBATCH], w[W2_QBATCH];
+#pragma unroll
+    for (int u = 0; u < W2_QBATCH; u++) {
+      const int n = n0 + u * nwarps;
+      const int ti = n / HP, h = n % HP;
+      const int ta = p.rows.token_begin + t0 + ti;
+      const bool live = n < qrows && ti < nt && h < H && grp->len[ti] > 0;
+      v[u] = 0;
+      qscale[u] = 1.f;
+      w[u] = 0.f;
+      if (live) {
+        const long long row = (long long)ta * H + h;
+        v[u] = *(const uint32_t *)((const uint8_t *)p.q.q + row * DSA_INDEX_HEAD_DIM + lane * 4);
+        qscale[u] = p.q.q_scale[row];
+        const long long woff = (long long)ta * p.q.weights_stride + h;
+        w[u] = (p.q.weights_dtype == DSA_DTYPE_F32 ? ((const float *)p.q.weights)[woff]
+                                                   : __bfloat162float(((const __nv_bfloat16 *)p.q.weights)[woff])) *
+               p.q.softmax_scale;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < W2_QBATCH; u++) {
+      const int n = n0 + u * nwarps;
+      if (n >= qrows) break;
+      *(uint32_t *)(q_tile + n * W2_ROW + (((lane >> 2) ^ (n & 7)) << 4) + (lane & 3) * 4) = v[u];
+      if (lane == 0) {
+        wq_smem[n] = w[u] * qscale[u];
+        w_smem[n] = w[u];
+        qsc_smem[n] = qscale[u];
+        if (!(qscale[u] >= 0.f)) grp->any_negative_qscale = 1;
+      }
+    }
+  }
+}
+
+/* Does any token of the group see one of the 64 keys from x0? (warpgroup-uniform) */
+static __device__ __forceinline__ bool w2_any_visible(const sc_group *grp, int nt, int x0) {
+  bool any = false;
+  for (int ti = 0; ti < nt; ti++) {
+    const int L = grp->len[ti], bt = grp->begin[ti];
+    any |= L > 0 && x0 < bt + L && x0 + W2_WG_KEYS > bt;
+  }
+  return any;
+}
+
+/* One warpgroup's scores of the 64-key tile in stage `st` (key coordinates x0 ..): for each chunk of
+ * NC of the group's (token, head) columns, D[64, NC] by four e4m3 wgmma, then per token relu, weight,
+ * head sum, k-scale; -inf for keys outside the cache; stores the keys each token sees. wi = warp
+ * within the warpgroup. */
+template <int HP, int NC>
+static __device__ __forceinline__ void w2_tile_scores(const dsa_scores_params &p, const sc_group *grp,
+                                                      const unsigned char *st, uint32_t q_addr, const float *wq_smem,
+                                                      const float *w_smem, const float *qsc_smem, int chunks, int nt,
+                                                      int t0, int x0, bool qscale_nonneg, int wi, int lane) {
+  static_assert(NC >= HP && NC % HP == 0 && NC <= 256, "a chunk holds whole tokens");
+  const int c = lane & 3, rq = lane >> 2;
+  const int r0 = 16 * wi + rq, r1 = r0 + 8; /* this thread's two keys of the 64 */
+  const uint32_t a_addr = ptx_smem_u32(st);
+  const float ks0 = ((const float *)(st + W2_WG_ROWS_BYTES))[r0];
+  const float ks1 = ((const float *)(st + W2_WG_ROWS_BYTES))[r1];
+  const int ok0 = ((const int *)(st + W2_WG_ROWS_BYTES + W2_WG_KEYS * 4))[r0];
+  const int ok1 = ((const int *)(st + W2_WG_ROWS_BYTES + W2_WG_KEYS * 4))[r1];
+  const bool fast = qscale_nonneg && __all_sync(0xffffffffu, ks0 >= 0.f && ks1 >= 0.f);
+
+  for (int chk = 0; chk < chunks; chk++) {
+    float acc[NC / 2];
+#pragma unroll
+    for (int i = 0; i < NC / 2; i++) acc[i] = 0.f;
+    ptx_wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++) {
+      const uint64_t da = ptx_wgmma_desc_sw128(a_addr + 32 * ks, 16, 1024);
+      const uint64_t db = ptx_wgmma_desc_sw128(q_addr + chk * NC * W2_ROW + 32 * ks, 16, 1024);
+      ptx_wgmma_k32_e4m3<NC>(acc, da, db, ks > 0);
+    }
+    ptx_wgmma_commit();
+    ptx_wgmma_wait<0>();
+    ptx_reg_fence(acc);
+
+    /* Column n = chk * NC + 8j + 2c (+1) is (token n / HP, head n % HP); rows r0 (acc[4j], [4j+1])
+     * and r1 (acc[4j+2], [4j+3]). */
+#pragma unroll
+    for (int tl = 0; tl < NC / HP; tl++) {
+      const int ti = (chk * NC) / HP + tl;
+      if (ti >= nt) break;
+      const int L = grp->len[ti], bt = grp->begin[ti];
+      if (L == 0 || x0 >= bt + L || x0 + W2_WG_KEYS <= bt) continue;
+      float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+      for (int jj = 0; jj < HP / 8; jj++) {
+        const int j = tl * (HP / 8) + jj;
+        const int n = chk * NC + 8 * j + 2 * c;
+        if (fast) {
+          const float2 wv = *(const float2 *)(wq_smem + n);
+          s0 += wv.x * fmaxf(acc[4 * j], 0.f) + wv.y * fmaxf(acc[4 * j + 1], 0.f);
+          s1 += wv.x * fmaxf(acc[4 * j + 2], 0.f) + wv.y * fmaxf(acc[4 * j + 3], 0.f);
+        } else {
+          const float2 wv = *(const float2 *)(w_smem + n);
+          const float2 sv = *(const float2 *)(qsc_smem + n);
+          s0 += wv.x * fmaxf(acc[4 * j] * sv.x * ks0, 0.f) + wv.y * fmaxf(acc[4 * j + 1] * sv.y * ks0, 0.f);
+          s1 += wv.x * fmaxf(acc[4 * j + 2] * sv.x * ks1, 0.f) + wv.y * fmaxf(acc[4 * j + 3] * sv.y * ks1, 0.f);
+        }
+      }
+      s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
+      s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
+      s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
+      s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+      if (fast) {
+        s0 *= ks0;
+        s1 *= ks1;
+      }
+      /* lane c = 0 stores key r0, c = 1 key r1 */
+      const int r = c == 0 ? r0 : r1;
+      const float v = c == 0 ? (ok0 ? s0 : -INFINITY) : (ok1 ? s1 : -INFINITY);
+      const int x = x0 + r;
+      if (c < 2 && x >= bt && x < bt + L) p.scores[(long long)(t0 + ti) * p.scores_stride + (x - bt)] = v;
+    }
+  }
+}
