@@ -3,7 +3,7 @@
 # short table printed last. Run from the repository root. Uses the build in $DSA_BUILD_DIR (default
 # ./build) when its binaries run on this machine (built on the dev machine and carried), else
 # builds ./build-dev here with ninja.
-# Usage: tools/device_run.sh [test|python|bench|attn|all|sanitize [tool...]] [extra dsa-bench args...]
+# Usage: tools/device_run.sh [test|python|bench|attn|scores|v3|dev|all|sanitize [tool...]] [extra dsa-bench args...]
 #   test      both GPU test programs (test_gpu, test_gpu_garbage)
 #   python    the Python package's tests (pytest, GPU part included) and examples/decode_layer.py
 #   bench     dsa-bench glm --check --json
@@ -14,6 +14,8 @@
 #   v3        the v3 attention checks: every MLA case with v3 forced and with the library's choice,
 #             the garbage attention cases, racecheck on the 128-head cases, dsa-bench attn --check
 #             (every attention row, both KV formats)
+#   scores    the indexer scorers v1 (mma.sync) and v2 (FP8 wgmma) side by side: the indexer cases on
+#             v2, QGMMA count, glm scores at 8k / 128k / 1M on each (SCORES_NCU=1: ncu stalls of v2)
 #   dev       the development aids: dsa-sm90-microbench, dsa-trace-mla, dsa-mla-v3-modes, and the
 #             attention crossover (dsa-bench attn --batches at 16 / 64 / 128 heads, each kernel forced)
 set -uo pipefail
@@ -110,6 +112,49 @@ if [ "$what" = v3 ]; then
     timeout 90 "$B/dsa-bench" attn --kv $kv --check --json "$OUT/v3-attn-$kv.json" >"$OUT/v3-attn-$kv.log" 2>&1 || rc=1
     sed -n '/== sparse/,$p' "$OUT/v3-attn-$kv.log" | grep -v "^%"
   done
+fi
+
+if [ "$what" = scores ]; then
+  # the two indexer scorers side by side: the indexer cases on v2, QGMMA in the SASS, then glm
+  # decode / prefill scores at 8k / 128k / 1M (--check) on each, one table; SCORES_NCU=1 adds an ncu
+  # warp-state profile of v2 at prefill 1M (top stall lines to $OUT/scores-v2-ncu.txt)
+  DSA_INDEXER_KERNEL=v2 DSA_TEST_ONLY=indexer timeout 90 "$B/test_gpu" >"$OUT/scores-v2-tests.log" 2>&1 || rc=1
+  echo "indexer cases on v2: $(grep -E 'passed' "$OUT/scores-v2-tests.log" | tail -1)"
+  grep "^FAIL" "$OUT/scores-v2-tests.log" | head -5
+  echo "QGMMA instructions in libdsa: $(cuobjdump --dump-sass "$B/libdsa.so" 2>/dev/null | grep -c QGMMA)"
+  for k in v1 v2; do
+    DSA_INDEXER_KERNEL=$k timeout 120 "$B/dsa-bench" glm --sizes 8k,128k,1M --check --json "$OUT/scores-$k.json" \
+      >"$OUT/scores-$k.log" 2>&1 || rc=1
+  done
+  python3 - "$OUT/scores-v1.json" "$OUT/scores-v2.json" <<'PY'
+import json, sys
+v1, v2 = (json.load(open(f)) for f in sys.argv[1:3])
+key = lambda r: (r["table"], r["S"])
+b = {key(r): r for r in v2["rows"]}
+print("table      S   scores v1 ms  scores v2 ms  check v1/v2")
+for r in v1["rows"]:
+    o = b.get(key(r))
+    if o:
+        print(f"{r['table']:8s} {r['S']:8d}  {r['scores_ms']:.4f}        {o['scores_ms']:.4f}        {r['check']}/{o['check']}")
+PY
+  if [ -n "${SCORES_NCU:-}" ]; then
+    DSA_INDEXER_KERNEL=v2 timeout 200 ncu --clock-control none --warp-sampling-interval 0 -k regex:indexer_scores_v2 \
+      --launch-skip 1 --launch-count 1 --section WarpStateStats --section SourceCounters --import-source yes \
+      -o "$OUT/scores-v2" "$B/dsa-bench" glm --only prefill --sizes 1M --iters 2 --warmup 1 >/dev/null 2>&1
+    ncu -i "$OUT/scores-v2.ncu-rep" --page source --csv --print-source sass >"$OUT/scores-v2-src.csv" 2>/dev/null
+    rm -f "$OUT/scores-v2.ncu-rep"
+    python3 - "$OUT/scores-v2-src.csv" <<'PY' | tee "$OUT/scores-v2-ncu.txt"
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+h = rows[1]
+w, src = h.index("Warp Stall Sampling (All Samples)"), h.index("Source")
+data = sorted(((float(r[w] or 0), r[src]) for r in rows[2:] if len(r) > w), reverse=True)
+tot = sum(d[0] for d in data) or 1
+for v, t in data[:25]:
+    print(f"{100 * v / tot:5.1f}%  {t[:100]}")
+PY
+    rm -f "$OUT/scores-v2-src.csv"
+  fi
 fi
 
 if [ "$what" = attn ]; then
