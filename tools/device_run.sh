@@ -122,20 +122,23 @@ if [ "$what" = scores ]; then
   echo "indexer cases on v2: $(grep -E 'passed' "$OUT/scores-v2-tests.log" | tail -1)"
   grep "^FAIL" "$OUT/scores-v2-tests.log" | head -5
   echo "QGMMA instructions in libdsa: $(cuobjdump --dump-sass "$B/libdsa.so" 2>/dev/null | grep -c QGMMA)"
-  for k in v1 v2; do
+  DSA_INDEXER_KERNEL=v3 DSA_TEST_ONLY=indexer timeout 90 "$B/test_gpu" >"$OUT/scores-v3-tests.log" 2>&1 || rc=1
+  echo "indexer cases on v3: $(grep -E 'passed' "$OUT/scores-v3-tests.log" | tail -1)"
+  grep "^FAIL" "$OUT/scores-v3-tests.log" | head -5
+  for k in v1 v2 v3; do
     DSA_INDEXER_KERNEL=$k timeout 120 "$B/dsa-bench" glm --sizes 8k,128k,1M --check --json "$OUT/scores-$k.json" \
       >"$OUT/scores-$k.log" 2>&1 || rc=1
   done
-  python3 - "$OUT/scores-v1.json" "$OUT/scores-v2.json" <<'PY'
+  python3 - "$OUT/scores-v1.json" "$OUT/scores-v2.json" "$OUT/scores-v3.json" <<'PY'
 import json, sys
-v1, v2 = (json.load(open(f)) for f in sys.argv[1:3])
+runs = [json.load(open(f)) for f in sys.argv[1:]]
 key = lambda r: (r["table"], r["S"])
-b = {key(r): r for r in v2["rows"]}
-print("table      S   scores v1 ms  scores v2 ms  check v1/v2")
-for r in v1["rows"]:
-    o = b.get(key(r))
-    if o:
-        print(f"{r['table']:8s} {r['S']:8d}  {r['scores_ms']:.4f}        {o['scores_ms']:.4f}        {r['check']}/{o['check']}")
+by = [{key(r): r for r in d["rows"]} for d in runs]
+print("table      S   scores ms: v1      v2      v3   checks")
+for k, r in by[0].items():
+    rs = [b.get(k) for b in by]
+    print(f"{k[0]:8s} {k[1]:8d}  " + "  ".join(f"{x['scores_ms']:.4f}" if x else "   -  " for x in rs) +
+          "  " + "/".join(x["check"] if x else "-" for x in rs))
 PY
   if [ -n "${SCORES_NCU:-}" ]; then
     DSA_INDEXER_KERNEL=v2 timeout 200 ncu --clock-control none --warp-sampling-interval 0 -k regex:indexer_scores_v2 \
