@@ -1,7 +1,7 @@
 /*
  * indexer_scores/common.cuh — what both scoring kernels do the same way: a CTA's token group (each
- * token's scored length, first key coordinate, where its -inf tail starts) and the -inf tail of the
- * scores-only calls.
+ * token's scored length, first key coordinate, where its -inf tail starts), the range of key tiles
+ * a CTA scores, the -inf tail of the scores-only calls, and (host) how tokens form groups.
  */
 #pragma once
 #include "dsa_kernels.h"
@@ -59,4 +59,42 @@ static __device__ __forceinline__ void sc_fill_tail(const dsa_scores_params &p, 
          i += blockDim.x)
       row[i] = -INFINITY;
   }
+}
+
+/* The key tiles [*tile_begin, *tile_end) of tile_keys keys that CTA blockIdx.x scores: its
+ * tiles_per_cta tiles, cut to the group's union [lo, hi) of visible keys. Returns false — after
+ * filling this CTA's part of the -inf tail — when there is nothing to score; on true the caller
+ * fills the tail at its end over [*range_lo, *range_hi) (the CTA's tiles in output positions). */
+static __device__ __forceinline__ bool sc_cta_tiles(const dsa_scores_params &p, const sc_group *grp, int nt, int t0,
+                                                    int lo, int hi, int tile_keys, int tiles_per_cta,
+                                                    int *tile_begin, int *tile_end, long long *range_lo,
+                                                    long long *range_hi) {
+  const int tile_first = blockIdx.x * tiles_per_cta;
+  const int tile_last = tile_first + tiles_per_cta;
+  *range_lo = (long long)tile_first * tile_keys;
+  *range_hi = (long long)tile_last * tile_keys;
+  *tile_end = min(tile_last, (hi + tile_keys - 1) / tile_keys);
+  *tile_begin = max(tile_first, lo / tile_keys);
+  if (hi <= lo || *tile_begin >= *tile_end) {
+    sc_fill_tail(p, grp, nt, t0, *range_lo, *range_hi);
+    return false;
+  }
+  return true;
+}
+
+/* Host: how a scoring launch groups its tokens — decode: one request's q_len_per_req tokens (they
+ * see the same keys); prefill: prefill_T consecutive tokens — and how far key coordinates reach
+ * (prefill: workspace rows, <= DSA_MAX_ROW_LEN; with fill_tail the CTAs also cover the output
+ * positions up to max_len, which may pass num_ws_rows). */
+static inline void sc_token_groups(const dsa_scores_params *p, int prefill_T, int *T, int *groups, int *max_x) {
+  if (p->rows.mode == DSA_ROWS_DECODE) {
+    *T = p->rows.q_len_per_req;
+    *groups = p->num_tokens / *T;
+    *max_x = p->rows.max_len;
+    return;
+  }
+  *T = prefill_T;
+  *groups = (p->num_tokens + prefill_T - 1) / prefill_T;
+  *max_x = (int)p->rows.num_ws_rows;
+  if (p->fill_tail && p->rows.max_len > *max_x) *max_x = p->rows.max_len;
 }

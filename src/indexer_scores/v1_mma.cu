@@ -141,21 +141,11 @@ __global__ void __launch_bounds__(SC_THREADS, ONE ? 2 : 1)
   ptx_griddep_launch_dependents();
 
   /* Token lengths and the union of their key ranges. */
-  int lo, hi;
+  int lo, hi, tile_begin, tile_end;
+  long long range_lo, range_hi;
   sc_group_setup(p, grp, nt, t0, &lo, &hi);
-  const int tile_first = blockIdx.x * tiles_per_cta;
-  int tile_end = tile_first + tiles_per_cta;
-  const long long range_lo = (long long)tile_first * SC_TILE, range_hi = (long long)tile_end * SC_TILE;
-  if (hi <= lo) {
-    sc_fill_tail(p, grp, nt, t0, range_lo, range_hi);
+  if (!sc_cta_tiles(p, grp, nt, t0, lo, hi, SC_TILE, tiles_per_cta, &tile_begin, &tile_end, &range_lo, &range_hi))
     return;
-  }
-  tile_end = min(tile_end, (hi + SC_TILE - 1) / SC_TILE);
-  const int tile_begin = max(tile_first, lo / SC_TILE);
-  if (tile_begin >= tile_end) {
-    sc_fill_tail(p, grp, nt, t0, range_lo, range_hi);
-    return;
-  }
 
   /* Stage q (f16, scaled) and weights: one warp per (token, head) row, 4 dims a lane. */
   const int H = p.q.num_heads;
@@ -411,15 +401,7 @@ static int sc_launch(const dsa_scores_params *p, int T, int HP, int groups, int 
 extern "C" int dsa_indexer_scores_v1_launch(const dsa_scores_params *p, cudaStream_t stream) {
   if (p->num_tokens <= 0) return 0;
   const int HP = p->q.num_heads <= 32 ? 32 : 64;
-  if (p->rows.mode == DSA_ROWS_DECODE) {
-    const int n = p->rows.q_len_per_req;
-    return sc_launch(p, n, HP, p->num_tokens / n, p->rows.max_len, stream);
-  }
-  /* Prefill: key coordinates are workspace rows (<= DSA_MAX_ROW_LEN); with fill_tail the CTAs also
-   * cover the output positions up to max_len (which may pass num_ws_rows). */
-  const int T = HP == 32 ? SC_MAX_T : SC_SMALL_T;
-  const int groups = (p->num_tokens + T - 1) / T;
-  int max_x = (int)p->rows.num_ws_rows;
-  if (p->fill_tail && p->rows.max_len > max_x) max_x = p->rows.max_len;
+  int T, groups, max_x;
+  sc_token_groups(p, HP == 32 ? SC_MAX_T : SC_SMALL_T, &T, &groups, &max_x);
   return sc_launch(p, T, HP, groups, max_x, stream);
 }

@@ -68,21 +68,11 @@ __global__ void __launch_bounds__(W2_THREADS, NC <= 64 ? 2 : 1)
   /* The top-k kernel after this one may start launching (it waits with griddepcontrol.wait). */
   ptx_griddep_launch_dependents();
 
-  int lo, hi;
+  int lo, hi, tile_begin, tile_end;
+  long long range_lo, range_hi;
   sc_group_setup(p, grp, nt, t0, &lo, &hi);
-  const int tile_first = blockIdx.x * tiles_per_cta;
-  int tile_end = tile_first + tiles_per_cta;
-  const long long range_lo = (long long)tile_first * W2_TILE, range_hi = (long long)tile_end * W2_TILE;
-  if (hi <= lo) {
-    sc_fill_tail(p, grp, nt, t0, range_lo, range_hi);
+  if (!sc_cta_tiles(p, grp, nt, t0, lo, hi, W2_TILE, tiles_per_cta, &tile_begin, &tile_end, &range_lo, &range_hi))
     return;
-  }
-  tile_end = min(tile_end, (hi + W2_TILE - 1) / W2_TILE);
-  const int tile_begin = max(tile_first, lo / W2_TILE);
-  if (tile_begin >= tile_end) {
-    sc_fill_tail(p, grp, nt, t0, range_lo, range_hi);
-    return;
-  }
 
   /* The key ring's first NS-1 tiles go out before q is staged. */
   const int row0 = 16 * wi;
@@ -164,15 +154,7 @@ static int w2_launch(const dsa_scores_params *p, int T, int HP, int groups, int 
 extern "C" int dsa_indexer_scores_v2_launch(const dsa_scores_params *p, cudaStream_t stream) {
   if (p->num_tokens <= 0) return 0;
   const int HP = p->q.num_heads <= 32 ? 32 : 64;
-  if (p->rows.mode == DSA_ROWS_DECODE) {
-    const int n = p->rows.q_len_per_req;
-    return w2_launch(p, n, HP, p->num_tokens / n, p->rows.max_len, stream);
-  }
-  /* Prefill: key coordinates are workspace rows (<= DSA_MAX_ROW_LEN); with fill_tail the CTAs also
-   * cover the output positions up to max_len (which may pass num_ws_rows). */
-  const int T = HP == 32 ? W2_PREFILL_T32 : W2_PREFILL_T64;
-  const int groups = (p->num_tokens + T - 1) / T;
-  int max_x = (int)p->rows.num_ws_rows;
-  if (p->fill_tail && p->rows.max_len > max_x) max_x = p->rows.max_len;
+  int T, groups, max_x;
+  sc_token_groups(p, HP == 32 ? W2_PREFILL_T32 : W2_PREFILL_T64, &T, &groups, &max_x);
   return w2_launch(p, T, HP, groups, max_x, stream);
 }

@@ -58,21 +58,11 @@ __global__ void __launch_bounds__(W3_THREADS, NC <= 64 ? 2 : 1)
   /* The top-k kernel after this one may start launching (it waits with griddepcontrol.wait). */
   ptx_griddep_launch_dependents();
 
-  int lo, hi;
+  int lo, hi, tile_begin, tile_end;
+  long long range_lo, range_hi;
   sc_group_setup(p, grp, nt, t0, &lo, &hi);
-  const int tile_first = blockIdx.x * tiles_per_cta;
-  int tile_end = tile_first + tiles_per_cta;
-  const long long range_lo = (long long)tile_first * W2_WG_KEYS, range_hi = (long long)tile_end * W2_WG_KEYS;
-  if (hi <= lo) {
-    sc_fill_tail(p, grp, nt, t0, range_lo, range_hi);
+  if (!sc_cta_tiles(p, grp, nt, t0, lo, hi, W2_WG_KEYS, tiles_per_cta, &tile_begin, &tile_end, &range_lo, &range_hi))
     return;
-  }
-  tile_end = min(tile_end, (hi + W2_WG_KEYS - 1) / W2_WG_KEYS);
-  const int tile_begin = max(tile_first, lo / W2_WG_KEYS);
-  if (tile_begin >= tile_end) {
-    sc_fill_tail(p, grp, nt, t0, range_lo, range_hi);
-    return;
-  }
   const int ntiles = tile_end - tile_begin;
 
   if (tid < W3_NS) {
@@ -165,13 +155,7 @@ static int w3_launch(const dsa_scores_params *p, int T, int HP, int groups, int 
 extern "C" int dsa_indexer_scores_v3_launch(const dsa_scores_params *p, cudaStream_t stream) {
   if (p->num_tokens <= 0) return 0;
   const int HP = p->q.num_heads <= 32 ? 32 : 64;
-  if (p->rows.mode == DSA_ROWS_DECODE) {
-    const int n = p->rows.q_len_per_req;
-    return w3_launch(p, n, HP, p->num_tokens / n, p->rows.max_len, stream);
-  }
-  const int T = HP == 32 ? W3_PREFILL_T32 : W3_PREFILL_T64;
-  const int groups = (p->num_tokens + T - 1) / T;
-  int max_x = (int)p->rows.num_ws_rows;
-  if (p->fill_tail && p->rows.max_len > max_x) max_x = p->rows.max_len;
+  int T, groups, max_x;
+  sc_token_groups(p, HP == 32 ? W3_PREFILL_T32 : W3_PREFILL_T64, &T, &groups, &max_x);
   return w3_launch(p, T, HP, groups, max_x, stream);
 }
