@@ -37,14 +37,16 @@ set_tests_properties(dsa.gpu_v3 PROPERTIES ENVIRONMENT "DSA_MLA_KERNEL=v3;DSA_TE
 # the indexer with the one-cluster-a-row top-k switched off (the chain / one-CTA paths for few rows)
 add_test(NAME dsa.gpu_topk_chain COMMAND test_gpu)
 set_tests_properties(dsa.gpu_topk_chain PROPERTIES ENVIRONMENT "DSA_TOPK_CLUSTER=0")
-# the indexer cases on the FP8 wgmma scorer (opt-in)
+# the indexer cases on each scorer forced (default: v3 for FP8-q prefill, v1 otherwise)
+add_test(NAME dsa.gpu_scores_v1 COMMAND test_gpu)
+set_tests_properties(dsa.gpu_scores_v1 PROPERTIES ENVIRONMENT "DSA_INDEXER_KERNEL=v1;DSA_TEST_ONLY=indexer")
 add_test(NAME dsa.gpu_scores_v2 COMMAND test_gpu)
 set_tests_properties(dsa.gpu_scores_v2 PROPERTIES ENVIRONMENT "DSA_INDEXER_KERNEL=v2;DSA_TEST_ONLY=indexer")
 add_test(NAME dsa.gpu_scores_v3 COMMAND test_gpu)
 set_tests_properties(dsa.gpu_scores_v3 PROPERTIES ENVIRONMENT "DSA_INDEXER_KERNEL=v3;DSA_TEST_ONLY=indexer")
 add_test(NAME dsa.gpu_garbage_v3 COMMAND test_gpu_garbage)
 set_tests_properties(dsa.gpu_garbage_v3 PROPERTIES ENVIRONMENT "DSA_MLA_KERNEL=v3;DSA_TEST_ONLY=attention")
-set_tests_properties(dsa.gpu dsa.gpu_v1 dsa.gpu_v2 dsa.gpu_v3 dsa.gpu_topk_chain dsa.gpu_scores_v2 dsa.gpu_scores_v3 dsa.gpu_garbage dsa.gpu_garbage_v2 dsa.gpu_garbage_v3
+set_tests_properties(dsa.gpu dsa.gpu_v1 dsa.gpu_v2 dsa.gpu_v3 dsa.gpu_topk_chain dsa.gpu_scores_v1 dsa.gpu_scores_v2 dsa.gpu_scores_v3 dsa.gpu_garbage dsa.gpu_garbage_v2 dsa.gpu_garbage_v3
                      PROPERTIES SKIP_RETURN_CODE 77)
 
 # ---- Host-layer tests that run without a GPU, under AddressSanitizer + UndefinedBehaviorSanitizer ----

@@ -61,6 +61,12 @@ __device__ __forceinline__ void ptx_cp_async_4(uint32_t dst, const void *src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(__cvta_generic_to_global(src)) : "memory");
 }
 /* cp.async.commit_group / wait_group (§9.7.9.25.3.2, §9.7.9.25.3.3). */
+/* An arrive on an mbarrier, made when all of this thread's earlier cp.async copies have landed, not
+ * counted in advance (cp.async.mbarrier.arrive.noinc, §9.7.9.25.3.4): the producer never waits for
+ * its own copies. */
+__device__ __forceinline__ void ptx_cp_async_mbar_arrive_noinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
 __device__ __forceinline__ void ptx_cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void ptx_cp_async_wait(void) {
@@ -145,6 +151,10 @@ __device__ __forceinline__ float ptx_ex2(float x) {
 /* mbarrier.init (§9.7.12.15.9). */
 __device__ __forceinline__ void ptx_mbar_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+/* mbarrier.inval (§9.7.12.15.11): before the barrier's shared memory may hold anything else. */
+__device__ __forceinline__ void ptx_mbar_inval(uint32_t bar) {
+  asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 /* mbarrier.arrive with release semantics at CTA scope (§9.7.12.15.13). */
 __device__ __forceinline__ void ptx_mbar_arrive(uint32_t bar) {

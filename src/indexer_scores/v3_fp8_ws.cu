@@ -3,16 +3,20 @@
  * as v2 (fp8_tile.cuh: e4m3 x e4m3 wgmma on the cache bytes, 64 keys a tile), with the copies taken
  * off the warps that compute.
  *
- * Per CTA (three warpgroups, 384 threads): a group of T tokens, a contiguous range of 64-key tiles.
+ * Per CTA (four warpgroups, 512 threads): a group of T tokens, a contiguous range of 64-key tiles.
  *   producer   warpgroup 0: warp w owns tiles w, w + 4, ... of the range — its lookups (block table
- *              / workspace slots) and cp.async copies into an NS-stage ring; it signals a tile's
- *              `full` barrier once the copies of its previous tile landed (one tile of lag, so a
- *              tile's copies fly while the next tile's lookups wait), after fence.proxy.async.
- *   consumers  warpgroups 1 and 2 take alternate tiles (one's epilogue overlaps the other's wgmma):
- *              wait `full`, scores (w2_tile_scores), arrive on the stage's `empty` barrier.
- * NS is a multiple of 4 and of 2, so stage s always has the same producer warp (s % 4) and the
- * same consumer warpgroup (s % 2). With wide chunks (prefill, N = 256) the producers give registers
- * to the consumers (setmaxnreg 56 / 216).
+ *              / workspace slots, issued one of its tiles ahead) and cp.async copies into an
+ *              NS-stage ring; the copies arrive on the stage's `full` barrier as they land
+ *              (cp.async.mbarrier.arrive.noinc), so the warp never waits for data (publishing a tile
+ *              only after the warp's next tile was issued starved the consumers: ncu showed them
+ *              waiting on `full` 21 % of the time while the producers waited on `empty`).
+ *   consumers  warpgroups 1-3 take every third tile (two epilogues overlap the third's wgmma; with
+ *              two, a warp's epilogue — latency-bound, ~0.2 IPC a warp — left the tensor pipe idle
+ *              most of the time): wait `full`, scores (w2_tile_scores), arrive on the stage's
+ *              `empty` barrier (128 arrivals, whichever warpgroup consumed it).
+ * NS is a multiple of 4, so stage s always has the same producer warp (s % 4). Chunks of at most
+ * 128 columns (64 accumulators a thread); the producers give registers to the consumers
+ * (setmaxnreg 56 / 144).
  */
 #include <stdint.h>
 
@@ -23,11 +27,12 @@
 #include "ptx.cuh"
 #include "rows.cuh"
 
-#define W3_THREADS 384
+#define W3_CONSUMERS 3         /* consumer warpgroups */
+#define W3_THREADS (128 * (1 + W3_CONSUMERS))
 #define W3_NS 8               /* ring stages of one 64-key tile each */
 #define W3_PREFILL_T32 16     /* prefill tokens a CTA groups, 32 heads (two chunks of 256) */
 #define W3_PREFILL_T64 8      /* 64 heads */
-static_assert(W3_NS % 4 == 0, "stage s belongs to producer warp s % 4 and consumer warpgroup s % 2");
+static_assert(W3_NS % 4 == 0, "stage s belongs to producer warp s % 4");
 
 /* Shared memory after aligning the base to 1024: q tile | NS stages | wq, w, qsc [qrows] | full[NS],
  * empty[NS] mbarriers | the group. */
@@ -37,7 +42,7 @@ static size_t w3_smem_bytes(int qrows) {
 }
 
 template <int HP, int NC>
-__global__ void __launch_bounds__(W3_THREADS, NC <= 64 ? 2 : 1)
+__global__ void __launch_bounds__(W3_THREADS, 1)
     indexer_scores_v3_kernel(const dsa_scores_params p, int T, int tiles_per_cta) {
   extern __shared__ unsigned char smem_raw[];
   unsigned char *smem = smem_raw + ((1024 - (ptx_smem_u32(smem_raw) & 1023)) & 1023);
@@ -66,7 +71,7 @@ __global__ void __launch_bounds__(W3_THREADS, NC <= 64 ? 2 : 1)
   const int ntiles = tile_end - tile_begin;
 
   if (tid < W3_NS) {
-    ptx_mbar_init(ptx_smem_u32(&full[tid]), 32);   /* the producer warp's lanes */
+    ptx_mbar_init(ptx_smem_u32(&full[tid]), 64);   /* the producer warp's lanes: copies landed + flags */
     ptx_mbar_init(ptx_smem_u32(&empty[tid]), 128); /* the consumer warpgroup's threads */
   }
   w2_stage_q<HP>(p, grp, q_tile, wq_smem, w_smem, qsc_smem, qrows, nt, t0, warp, W3_THREADS / 32, lane);
@@ -76,37 +81,35 @@ __global__ void __launch_bounds__(W3_THREADS, NC <= 64 ? 2 : 1)
 
   if (warp < 4) {
     /* ---- producer warp `warp`: tiles warp, warp + 4, ... ---- */
-    if constexpr (NC > 64) ptx_setmaxnreg_dec<56>();
-    int prev = -1;
+    ptx_setmaxnreg_dec<56>();
+    /* Tile i's lookups are issued one of this warp's tiles ahead (their latency passes while the
+     * warp waits for a free stage); its copies arrive on `full` by themselves when they land
+     * (cp.async.mbarrier.arrive.noinc), its flags by a plain arrive: the warp never waits for data. */
+    long long raw[4], raw_next[4];
+#pragma unroll
+    for (int q4 = 0; q4 < 4; q4++)
+      raw[q4] = warp < ntiles ? w2_key_raw(p, t0, (tile_begin + warp) * W2_WG_KEYS, 16 * q4, lo, hi, lane) : -1;
     for (int i = warp; i < ntiles; i += 4) {
       const int s = i % W3_NS;
+      const int x0 = (tile_begin + i) * W2_WG_KEYS;
+#pragma unroll
+      for (int q4 = 0; q4 < 4; q4++)
+        raw_next[q4] = i + 4 < ntiles ? w2_key_raw(p, t0, x0 + 4 * W2_WG_KEYS, 16 * q4, lo, hi, lane) : -1;
       if (i >= W3_NS) ptx_mbar_wait(ptx_smem_u32(&empty[s]), (uint32_t)((i / W3_NS - 1) & 1));
       unsigned char *st = stages + s * W2_WG_STAGE;
-      const int x0 = (tile_begin + i) * W2_WG_KEYS;
-      long long raw[4];
-#pragma unroll
-      for (int q4 = 0; q4 < 4; q4++) raw[q4] = w2_key_raw(p, t0, x0, 16 * q4, lo, hi, lane);
 #pragma unroll
       for (int q4 = 0; q4 < 4; q4++) w2_issue_keys(st, p, raw[q4], x0, 16 * q4, lane);
-      ptx_cp_async_commit();
-      if (prev >= 0) { /* the previous tile's copies have landed: publish it */
-        ptx_cp_async_wait<1>();
-        ptx_fence_proxy_async_smem();
-        ptx_mbar_arrive(ptx_smem_u32(&full[prev % W3_NS]));
-      }
-      prev = i;
-    }
-    if (prev >= 0) {
-      ptx_cp_async_wait<0>();
-      ptx_fence_proxy_async_smem();
-      ptx_mbar_arrive(ptx_smem_u32(&full[prev % W3_NS]));
+      ptx_cp_async_mbar_arrive_noinc(ptx_smem_u32(&full[s])); /* when this lane's copies land */
+      ptx_mbar_arrive(ptx_smem_u32(&full[s]));                /* its flag stores (release) */
+#pragma unroll
+      for (int q4 = 0; q4 < 4; q4++) raw[q4] = raw_next[q4];
     }
   } else {
     /* ---- consumer warpgroup g: tiles g, g + 2, ... ---- */
-    if constexpr (NC > 64) ptx_setmaxnreg_inc<216>();
+    ptx_setmaxnreg_inc<144>();
     const int g = (warp >> 2) - 1, wi = warp & 3;
     const uint32_t q_addr = ptx_smem_u32(q_tile);
-    for (int i = g; i < ntiles; i += 2) {
+    for (int i = g; i < ntiles; i += W3_CONSUMERS) {
       const int s = i % W3_NS;
       ptx_mbar_wait(ptx_smem_u32(&full[s]), (uint32_t)((i / W3_NS) & 1));
       ptx_fence_proxy_async_smem();
@@ -116,6 +119,13 @@ __global__ void __launch_bounds__(W3_THREADS, NC <= 64 ? 2 : 1)
                                x0, qscale_nonneg, wi, lane);
       ptx_mbar_arrive(ptx_smem_u32(&empty[s])); /* this warpgroup is done with the stage */
     }
+  }
+  /* Every role is done with the ring: invalidate its barriers (the next CTA on this SM may lay other
+   * data over them; racecheck flags an uninvalidated barrier's memory reused). */
+  __syncthreads();
+  if (tid < W3_NS) {
+    ptx_mbar_inval(ptx_smem_u32(&full[tid]));
+    ptx_mbar_inval(ptx_smem_u32(&empty[tid]));
   }
   sc_fill_tail(p, grp, nt, t0, range_lo, range_hi);
 }
@@ -132,8 +142,9 @@ static cudaError_t w3_launch_t(const dsa_scores_params *p, dim3 grid, int T, int
 static int w3_launch(const dsa_scores_params *p, int T, int HP, int groups, int max_x, cudaStream_t stream) {
   const int total_tiles = (int)(((int64_t)max_x + W2_WG_KEYS - 1) / W2_WG_KEYS);
   if (total_tiles == 0 || groups == 0) return 0;
-  /* about two long-lived CTAs an SM (their setup and the ring's first fill paid once) */
-  const long long want = (long long)(p->num_sms > 0 ? p->num_sms : 132) * 2;
+  /* one long-lived CTA an SM (512 threads x 128 registers fill its register file; its setup and the
+   * ring's first fill paid once) */
+  const long long want = (long long)(p->num_sms > 0 ? p->num_sms : 132);
   int tpc = (int)(((long long)total_tiles * groups + want - 1) / want);
   if (tpc < 1) tpc = 1;
   if (tpc > 512) tpc = 512;
@@ -143,12 +154,9 @@ static int w3_launch(const dsa_scores_params *p, int T, int HP, int groups, int 
   if (HP == 32)
     err = n <= 32    ? w3_launch_t<32, 32>(p, grid, T, tpc, stream)
           : n <= 64  ? w3_launch_t<32, 64>(p, grid, T, tpc, stream)
-          : n <= 128 ? w3_launch_t<32, 128>(p, grid, T, tpc, stream)
-                     : w3_launch_t<32, 256>(p, grid, T, tpc, stream);
+                     : w3_launch_t<32, 128>(p, grid, T, tpc, stream);
   else
-    err = n <= 64    ? w3_launch_t<64, 64>(p, grid, T, tpc, stream)
-          : n <= 128 ? w3_launch_t<64, 128>(p, grid, T, tpc, stream)
-                     : w3_launch_t<64, 256>(p, grid, T, tpc, stream);
+    err = n <= 64 ? w3_launch_t<64, 64>(p, grid, T, tpc, stream) : w3_launch_t<64, 128>(p, grid, T, tpc, stream);
   return (int)err;
 }
 
