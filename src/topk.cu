@@ -17,9 +17,10 @@
  * TKS_ONE_CTA_MAX_LEN (any number of rows, C = 1) and for few long rows (rows x C <= SMs). A CTA:
  *   1. copies its slice into shared memory (cp.async, every load in flight at once; a slice longer
  *      than TKS_SMEM_KEYS keeps its tail in global memory and re-reads it in each step);
- *   2. turns the scores into keys in place and counts the first digit (top 11 key bits);
- *      the cluster's histogram is the sum of the C CTAs' (read through distributed shared memory,
- *      the same sums in every CTA, so each finds the same threshold bin b1 on its own);
+ *   2. turns the scores into keys in place, finds the row's key range (over the cluster) and counts
+ *      the first digit, 11 bits spread over that range; the cluster's histogram is the sum of the C
+ *      CTAs' (read through distributed shared memory, the same sums in every CTA, so each finds the
+ *      same threshold bin b1 on its own);
  *   3. keeps its elements of bin b1 as composites (shared memory) and runs the radix passes of 11
  *      bits over them, each pass a local histogram + one cluster barrier + the same sum, until
  *      the last bin holds exactly what is still needed — the k-th composite T;
