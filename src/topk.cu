@@ -15,11 +15,12 @@
  * Slices (topk_slices_kernel): a row is cut into C contiguous slices, one CTA each, the C CTAs of a
  * row one thread-block cluster (C = 1: a plain CTA; C up to 8). Used for rows up to
  * TKS_ONE_CTA_MAX_LEN (any number of rows, C = 1) and for few long rows (rows x C <= SMs). A CTA:
- *   1. copies its slice into shared memory (cp.async, every load in flight at once; a slice longer
- *      than TKS_SMEM_KEYS keeps its tail in global memory and re-reads it in each step);
- *   2. turns the scores into keys in place and counts the first digit (top 11 key bits);
- *      the cluster's histogram is the sum of the C CTAs' (read through distributed shared memory,
- *      the same sums in every CTA, so each finds the same threshold bin b1 on its own);
+ *   1. copies its slice into shared memory (cp.async, every load in flight at once; the host routes
+ *      only rows whose slices fit: <= 40,960 positions for one CTA, <= 16,384 a cluster CTA);
+ *   2. turns the scores into keys in place, finds the row's key range (over the cluster) and counts
+ *      the first digit, 11 bits spread over that range; the cluster's histogram is the sum of the C
+ *      CTAs' (read through distributed shared memory, the same sums in every CTA, so each finds the
+ *      same threshold bin b1 on its own);
  *   3. keeps its elements of bin b1 as composites (shared memory) and runs the radix passes of 11
  *      bits over them, each pass a local histogram + one cluster barrier + the same sum, until
  *      the last bin holds exactly what is still needed — the k-th composite T;
@@ -378,7 +379,7 @@ __global__ void __launch_bounds__(TK_RESOLVE_THREADS, 1) topk_resolve_kernel(con
 #define TKS_ONE_CTA_MAX_LEN TKS_SMEM_KEYS /* rows up to this long run one CTA each, however many */
 #define TKS_CAND 4096          /* bin-b1 elements a CTA keeps in shared memory (composites) */
 #define TKS_OUT_BATCH 4     /* output lookups (block table) a thread keeps in flight */
-#define TKS_BATCH 4            /* loads a thread keeps in flight on the slice's tail in global memory */
+#define TKS_BATCH 4            /* shared-memory keys a thread loads before it uses them */
 static_assert(TK_BINS == 4 * TKS_THREADS, "the cluster sum gives each thread four bins");
 static_assert(TK_BINS >= DSA_MAX_TOPK, "step 4 keeps a CTA's selected positions in `sum`");
 
@@ -442,30 +443,10 @@ static __device__ __forceinline__ uint64_t tks_comp(uint32_t key, uint32_t kmin,
   return ((uint64_t)(key - kmin) << 32) | (uint32_t)~(uint32_t)pos;
 }
 
-/* Calls f(j, key, valid) for the slice's positions j in [from, n) that live in global memory
- * (position lo + j of the row at s), TKS_BATCH loads in flight a thread; every thread makes the same
- * calls (valid = false past the end), so f may use warp votes. */
+/* f(j, key, valid) for every position j of the slice (all in shared memory: the host sizes it so);
+ * every thread makes the same calls (valid = false past the end), so f may use warp votes. */
 template <typename F>
-static __device__ __forceinline__ void tks_tail(const float *s, int lo, int from, int n, F f) {
-  for (int j0 = from; j0 < n; j0 += TKS_BATCH * TKS_THREADS) {
-    float v[TKS_BATCH];
-#pragma unroll
-    for (int u = 0; u < TKS_BATCH; ++u) {
-      const int j = j0 + u * TKS_THREADS + (int)threadIdx.x;
-      v[u] = j < n ? __ldg(s + lo + j) : 0.f;
-    }
-#pragma unroll
-    for (int u = 0; u < TKS_BATCH; ++u) {
-      const int j = j0 + u * TKS_THREADS + (int)threadIdx.x;
-      f(j, score_key(v[u]), j < n);
-    }
-  }
-}
-
-/* f(j, key, valid) for every position of the slice: the shared-memory keys [0, nk), then the tail.
- * Warp-uniform calls, as tks_tail. */
-template <typename F>
-static __device__ __forceinline__ void tks_each(const uint32_t *keys, int nk, const float *s, int lo, int n, F f) {
+static __device__ __forceinline__ void tks_each(const uint32_t *keys, int nk, F f) {
   /* TKS_BATCH keys loaded before any is used: f's shared-memory atomics would otherwise order
    * each load behind the previous element's atomic */
   for (int j0 = 0; j0 < nk; j0 += TKS_BATCH * TKS_THREADS) {
@@ -481,21 +462,20 @@ static __device__ __forceinline__ void tks_each(const uint32_t *keys, int nk, co
       f(j, kv[u], j < nk);
     }
   }
-  tks_tail(s, lo, nk, n, f);
 }
 
 /* Step 4's walk over warp w's part [wb, we) of the slice, 32 consecutive positions a step,
  * TKS_BATCH steps' keys loaded before they are used: f(j, selected, ballot) in position order. */
 template <typename F>
-static __device__ __forceinline__ void tks_walk(const uint32_t *keys, int nk, const float *s, int lo, int wb, int we,
-                                                uint32_t kmin, uint64_t T, F f) {
+static __device__ __forceinline__ void tks_walk(const uint32_t *keys, int lo, int wb, int we, uint32_t kmin, uint64_t T,
+                                                F f) {
   const int lane = threadIdx.x & 31;
   for (int j0 = wb; j0 < we; j0 += 32 * TKS_BATCH) {
     uint32_t key[TKS_BATCH];
 #pragma unroll
     for (int u = 0; u < TKS_BATCH; ++u) {
       const int j = j0 + 32 * u + lane;
-      key[u] = j >= we ? 0u : j < nk ? keys[j] : score_key(__ldg(s + lo + j));
+      key[u] = j < we ? keys[j] : 0u;
     }
 #pragma unroll
     for (int u = 0; u < TKS_BATCH; ++u) {
@@ -538,7 +518,9 @@ __global__ void __launch_bounds__(TKS_THREADS, 2) topk_slices_kernel(const dsa_t
   const float *s = p.scores + (long long)row * p.scores_stride;
   const int per = (L + C - 1) / C;
   const int lo = min(L, rank * per), hi = min(L, lo + per);
-  const int n = hi - lo, nk = min(n, smem_keys);
+  /* the host sizes shared memory for the longest slice (smem_keys >= every n); the min only keeps
+   * an impossible overflow inside the allocation */
+  const int n = min(hi - lo, smem_keys), nk = n;
   const int mis = (int)(((uintptr_t)(s + lo) >> 2) & 3); /* keys[j] <-> position lo + j, both 16-B aligned together */
   uint32_t *keys = sm->keys + mis;
   {
@@ -575,12 +557,6 @@ __global__ void __launch_bounds__(TKS_THREADS, 2) topk_slices_kernel(const dsa_t
       }
     }
   }
-  tks_tail(s, lo, nk, n, [&](int, uint32_t key, bool valid) {
-    if (valid) {
-      mn = min(mn, key);
-      mx = max(mx, key);
-    }
-  });
   mn = __reduce_min_sync(0xffffffffu, mn);
   mx = __reduce_max_sync(0xffffffffu, mx);
   if (lane == 0) {
@@ -621,7 +597,7 @@ __global__ void __launch_bounds__(TKS_THREADS, 2) topk_slices_kernel(const dsa_t
   __syncthreads();
   const uint32_t kmin = sm->row_range[0], span = sm->row_range[1] - kmin;
   const int sh = max(0, (32 - __clz((int)span)) - 11); /* span >> sh < 2048 */
-  tks_each(keys, nk, s, lo, n, [&](int, uint32_t key, bool valid) {
+  tks_each(keys, n, [&](int, uint32_t key, bool valid) {
     if (valid) atomicAdd(&sm->hist[0][(key - kmin) >> sh], 1u);
   });
   const uint32_t *tot = tks_total(sm, 0, C);
@@ -638,7 +614,7 @@ __global__ void __launch_bounds__(TKS_THREADS, 2) topk_slices_kernel(const dsa_t
   if (!done && cand_smem) {
     if (tid == 0) sm->n_cand = 0;
     __syncthreads();
-    tks_each(keys, nk, s, lo, n, [&](int j, uint32_t key, bool valid) {
+    tks_each(keys, n, [&](int j, uint32_t key, bool valid) {
       const bool in = valid && ((key - kmin) >> sh) == b1;
       const unsigned bal = __ballot_sync(0xffffffffu, in);
       if (!bal) return;
@@ -664,7 +640,7 @@ __global__ void __launch_bounds__(TKS_THREADS, 2) topk_slices_kernel(const dsa_t
     if (cand_smem) {
       for (int i = tid; i < n_cand; i += TKS_THREADS) count(sm->cand[i]);
     } else {
-      tks_each(keys, nk, s, lo, n, [&](int j, uint32_t key, bool valid) {
+      tks_each(keys, n, [&](int j, uint32_t key, bool valid) {
         if (valid) count(tks_comp(key, kmin, lo + j));
       });
     }
@@ -685,7 +661,7 @@ __global__ void __launch_bounds__(TKS_THREADS, 2) topk_slices_kernel(const dsa_t
   const int wlen = (n + TKS_WARPS * 32 - 1) / (TKS_WARPS * 32) * 32;
   const int wb = min(n, warp * wlen), we = min(n, wb + wlen);
   int cnt = 0;
-  tks_walk(keys, nk, s, lo, wb, we, kmin, T, [&](int, bool, unsigned bal) { cnt += __popc(bal); });
+  tks_walk(keys, lo, wb, we, kmin, T, [&](int, bool, unsigned bal) { cnt += __popc(bal); });
   if (lane == 0) sm->warp_off[warp] = cnt;
   __syncthreads();
   if (tid == 0) {
@@ -708,7 +684,7 @@ __global__ void __launch_bounds__(TKS_THREADS, 2) topk_slices_kernel(const dsa_t
   int *pos = (int *)sm->sum;
   const int mine = min(sm->n_sel, DSA_MAX_TOPK);
   int base = sm->warp_off[warp];
-  tks_walk(keys, nk, s, lo, wb, we, kmin, T, [&](int j, bool sel, unsigned bal) {
+  tks_walk(keys, lo, wb, we, kmin, T, [&](int j, bool sel, unsigned bal) {
     const int o = base + __popc(bal & lt);
     if (sel && o < DSA_MAX_TOPK) pos[o] = lo + j;
     base += __popc(bal);
@@ -742,11 +718,14 @@ static size_t tk_resolve_smem(void) {
 
 /* Slices of the rows, C CTAs (one cluster) a row. */
 static cudaError_t tks_launch(const dsa_topk_params *p, int C, cudaStream_t stream) {
-  static dsa_smem_cache caches[4];
+  /* One limit for the kernel, whatever C: per-C caches let a smaller C lower the limit another C's
+   * cache still trusted, and the launch failed once before its retry (an error left in the runtime,
+   * and a broken graph capture). */
+  static dsa_smem_cache cache;
   const int max_len = p->rows.max_len > p->topk ? p->rows.max_len : 0;
   const size_t smem = tks_smem_bytes(max_len, C);
   const int nk = max_len == 0 ? 0 : (int)((smem - offsetof(tks_smem, keys)) / 4 - 4);
-  return dsa_launch_smem_cluster(topk_slices_kernel, &caches[__builtin_ctz((unsigned)C)], dim3((unsigned)(p->num_tokens * C)),
+  return dsa_launch_smem_cluster(topk_slices_kernel, &cache, dim3((unsigned)(p->num_tokens * C)),
                                  TKS_THREADS, smem, stream, true, C > 1 ? (unsigned)C : 0u, *p, nk);
 }
 

@@ -1798,6 +1798,16 @@ static const topk_case k_topk_cases[] = {
      .kind = {R_NARROW, R_NARROW, R_RANDOM}, .seed = 307},
     {.name = "topk 37: 300 rows, random lengths and kinds", .num_rows = 300, .max_len = 1500, .topk = 37,
      .stride_extra = 1, .rand_rows = 1, .seed = 305},
+    /* the slices kernel's shapes: clusters of 2 and 4 CTAs (rows x C <= SMs), and many rows of up to
+     * 40,960 one CTA each (C = 2 would need more CTAs than SMs) */
+    {.name = "topk 2048: cluster of 2 (max_len 20000: 20000, 16385, 2049 of narrow / equal)", .num_rows = 3,
+     .max_len = 20000, .topk = 2048, .stride_extra = 3, .len = {20000, 16385, 2049},
+     .kind = {R_RANDOM, R_NARROW, R_EQUAL}, .seed = 308},
+    {.name = "topk 2048: cluster of 4 (max_len 40000: 40000, 30001, 12345 of few values / NaN, inf)",
+     .num_rows = 3, .max_len = 40000, .topk = 2048, .len = {40000, 30001, 12345}, .kind = {R_RANDOM, R_FEW, R_NAN_INF},
+     .seed = 309},
+    {.name = "topk 2048: 140 rows of up to 40960, one CTA each", .num_rows = 140, .max_len = 40960, .topk = 2048,
+     .stride_extra = 5, .rand_rows = 1, .seed = 310},
 };
 
 static const mla_case k_mla_cases[] = {

@@ -1361,6 +1361,34 @@ static void time_three(bench *b, row_result *row, const stage *sc, const stage *
   row->ms_total = row->ms_indexer + row->ms_attn;
 }
 
+/* --cold: the attention stage of replicas 0..K-1 — replica j > 0 reads its own q copy and the top-k
+ * its indexer replica writes (cold_topk / cold_lens). *mr_out: the args the stages point to (the
+ * caller frees both arrays after timing). */
+static stage *attn_replicas(bench *b, const dsa_sparse_mla_args *m, const stage *at0, int K, int T, int H,
+                            dsa_sparse_mla_args **mr_out) {
+  dsa_sparse_mla_args *mr = xmalloc(sizeof *mr * (size_t)K);
+  stage *at = xmalloc(sizeof *at * (size_t)K);
+  for (int j = 0; j < K; j++) {
+    mr[j] = *m;
+    if (j > 0) {
+      mr[j].q = cold_qa(b, j, T, H);
+      mr[j].indices = cold_topk(b, j, T);
+      mr[j].lens = cold_lens(b, j, T);
+    }
+    at[j] = (stage){ST_ATTN, &mr[j], at0->ws, at0->ws_bytes};
+  }
+  *mr_out = mr;
+  return at;
+}
+
+/* After replica 0's run (and --check): each other replica's top-k once, for its attention to read,
+ * then the three stages timed over the K replicas. */
+static void time_replicas(bench *b, row_result *row, const stage *sc, const stage *ix, const stage *at, int K,
+                          int need_sc, int need_at) {
+  for (int j = 1; j < K; j++) stage_run(&ix[j], b->stream);
+  time_three(b, row, sc, ix, at, K, need_sc, need_at);
+}
+
 static void run_decode_row(bench *b, row_result *row, table_kind tbl, int B, int64_t S) {
   const options *o = &b->o;
   int n = o->mtp, T = B * n, H = o->heads;
@@ -1398,12 +1426,10 @@ static void run_decode_row(bench *b, row_result *row, table_kind tbl, int B, int
   cold_queries(b, K, T, H);
   dsa_indexer_decode_args *ar = xmalloc(sizeof *ar * (size_t)K);
   dsa_indexer_decode_scores_args *sar = xmalloc(sizeof *sar * (size_t)K);
-  dsa_sparse_mla_args *mr = xmalloc(sizeof *mr * (size_t)K);
-  stage *sc = xmalloc(sizeof *sc * (size_t)K), *ix = xmalloc(sizeof *ix * (size_t)K), *at = xmalloc(sizeof *at * (size_t)K);
+  stage *sc = xmalloc(sizeof *sc * (size_t)K), *ix = xmalloc(sizeof *ix * (size_t)K);
   for (int j = 0; j < K; j++) {
     ar[j] = a;
     sar[j] = sa;
-    mr[j] = m;
     if (j > 0) {
       ar[j].block_table = b->d_bt_rot + (size_t)(j - 1) * B * nb;
       ar[j].block_table_stride = nb;
@@ -1411,19 +1437,16 @@ static void run_decode_row(bench *b, row_result *row, table_kind tbl, int B, int
       ar[j].topk_indices = cold_topk(b, j, T);
       ar[j].topk_lens = cold_lens(b, j, T);
       sar[j].decode = ar[j];
-      mr[j].q = cold_qa(b, j, T, H);
-      mr[j].indices = ar[j].topk_indices;
-      mr[j].lens = ar[j].topk_lens;
     }
     sc[j] = (stage){ST_DEC_SCORES, &sar[j], NULL, 0};
     ix[j] = (stage){ST_DEC_INDEXER, &ar[j], b->d_ws_idx, ws_i};
-    at[j] = (stage){ST_ATTN, &mr[j], at0.ws, at0.ws_bytes};
   }
+  dsa_sparse_mla_args *mr;
+  stage *at = attn_replicas(b, &m, &at0, K, T, H, &mr);
   const stage *all[] = {&sc[0], &ix[0], &at[0]};
   poison_and_run(b, T, H, (size_t)T * (size_t)S, all, 3);
   if (o->check) check_decode(b, row, B, S, tbl == TBL_SERVE_DECODE, 1);
-  for (int j = 1; j < K; j++) stage_run(&ix[j], b->stream); /* each replica's top-k, for its attention */
-  time_three(b, row, sc, ix, at, K, need_sc, need_at);
+  time_replicas(b, row, sc, ix, at, K, need_sc, need_at);
   free(ar);
   free(sar);
   free(mr);
@@ -1488,31 +1511,26 @@ static void run_prefill_row(bench *b, row_result *row, int64_t S) {
   }
   dsa_indexer_prefill_args *ar = xmalloc(sizeof *ar * (size_t)K);
   dsa_indexer_prefill_scores_args *sar = xmalloc(sizeof *sar * (size_t)K);
-  dsa_sparse_mla_args *mr = xmalloc(sizeof *mr * (size_t)K);
-  stage *sc = xmalloc(sizeof *sc * (size_t)K), *ix = xmalloc(sizeof *ix * (size_t)K), *at = xmalloc(sizeof *at * (size_t)K);
+  stage *sc = xmalloc(sizeof *sc * (size_t)K), *ix = xmalloc(sizeof *ix * (size_t)K);
   for (int j = 0; j < K; j++) {
     ar[j] = a;
     sar[j] = sa;
-    mr[j] = m;
     if (j > 0) {
       ar[j].kv_workspace_slots = b->d_ws_rot + (size_t)(j - 1) * S;
       ar[j].query.q = cold_qi(b, j, T);
       ar[j].topk_indices = cold_topk(b, j, T);
       ar[j].topk_lens = cold_lens(b, j, T);
       sar[j].prefill = ar[j];
-      mr[j].q = cold_qa(b, j, T, H);
-      mr[j].indices = ar[j].topk_indices;
-      mr[j].lens = ar[j].topk_lens;
     }
     sc[j] = (stage){ST_PRE_SCORES, &sar[j], NULL, 0};
     ix[j] = (stage){ST_PRE_INDEXER, &ar[j], b->d_ws_idx, ws_i};
-    at[j] = (stage){ST_ATTN, &mr[j], at0.ws, at0.ws_bytes};
   }
+  dsa_sparse_mla_args *mr;
+  stage *at = attn_replicas(b, &m, &at0, K, T, H, &mr);
   const stage *all[] = {&sc[0], &ix[0], &at[0]};
   poison_and_run(b, T, H, (size_t)T * (size_t)S, all, 3);
   if (o->check) check_prefill(b, row, S);
-  for (int j = 1; j < K; j++) stage_run(&ix[j], b->stream);
-  time_three(b, row, sc, ix, at, K, need_sc, need_at);
+  time_replicas(b, row, sc, ix, at, K, need_sc, need_at);
   free(ar);
   free(sar);
   free(mr);
