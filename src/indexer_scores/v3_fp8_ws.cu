@@ -34,18 +34,24 @@
 #define W3_PREFILL_T64 8      /* 64 heads */
 static_assert(W3_NS % 4 == 0, "stage s belongs to producer warp s % 4");
 
-/* Shared memory after aligning the base to 1024: q tile | NS stages | wq, w, qsc [qrows] | full[NS],
- * empty[NS] mbarriers | the group. */
+/* Shared memory: full[NS], empty[NS] mbarriers | the group | (aligned to 1024) q tile | NS stages |
+ * wq, w, qsc [qrows]. The barriers sit first, at the same offset in every instantiation: racecheck
+ * flagged q staging writes over the offset where another instantiation's CTA on the same SM had kept
+ * its barriers. */
 static size_t w3_smem_bytes(int qrows) {
-  return 1024 + (size_t)w2_q_bytes(qrows) + (size_t)W3_NS * W2_WG_STAGE + (size_t)3 * qrows * 4 + 2 * W3_NS * 8 +
-         sizeof(sc_group) + 16;
+  return 2 * W3_NS * 8 + sizeof(sc_group) + 1024 + (size_t)w2_q_bytes(qrows) + (size_t)W3_NS * W2_WG_STAGE +
+         (size_t)3 * qrows * 4 + 16;
 }
 
 template <int HP, int NC>
 __global__ void __launch_bounds__(W3_THREADS, 1)
     indexer_scores_v3_kernel(const dsa_scores_params p, int T, int tiles_per_cta) {
   extern __shared__ unsigned char smem_raw[];
-  unsigned char *smem = smem_raw + ((1024 - (ptx_smem_u32(smem_raw) & 1023)) & 1023);
+  uint64_t *full = (uint64_t *)smem_raw; /* dynamic shared memory is at least 16-byte aligned */
+  uint64_t *empty = full + W3_NS;
+  sc_group *grp = (sc_group *)(empty + W3_NS);
+  unsigned char *after = (unsigned char *)(grp + 1);
+  unsigned char *smem = after + ((1024 - (ptx_smem_u32(after) & 1023)) & 1023);
   const int chunks = (T * HP + NC - 1) / NC;
   const int qrows = chunks * NC;
   unsigned char *q_tile = smem;                          /* [qrows][128] e4m3, swizzled */
@@ -53,9 +59,6 @@ __global__ void __launch_bounds__(W3_THREADS, 1)
   float *wq_smem = (float *)(stages + W3_NS * W2_WG_STAGE);
   float *w_smem = wq_smem + qrows;
   float *qsc_smem = w_smem + qrows;
-  uint64_t *full = (uint64_t *)(qsc_smem + qrows);       /* 8-byte aligned: qrows is a multiple of 32 */
-  uint64_t *empty = full + W3_NS;
-  sc_group *grp = (sc_group *)(empty + W3_NS);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int t0 = blockIdx.y * T;
