@@ -1,10 +1,11 @@
 /*
- * indexer_scores/common.cuh — what both scoring kernels do the same way: a CTA's token group (each
+ * indexer_scores/common.cuh — what every scoring kernel does the same way: a CTA's token group (each
  * token's scored length, first key coordinate, where its -inf tail starts), the range of key tiles
  * a CTA scores, the -inf tail of the scores-only calls, and (host) how tokens form groups.
  */
 #pragma once
 #include "dsa_kernels.h"
+#include "ptx.cuh"
 #include "rows.cuh"
 
 #define SC_MAX_T 16 /* tokens a CTA groups at most */
@@ -80,6 +81,37 @@ static __device__ __forceinline__ bool sc_cta_tiles(const dsa_scores_params &p, 
     return false;
   }
   return true;
+}
+
+/* A scoring CTA's start, the same in every scorer: its token group (blockIdx.y, T tokens), the
+ * group's lengths and key union (sc_group_setup), its key tiles (sc_cta_tiles); first lets the top-k
+ * kernel after this one start launching (it waits with griddepcontrol.wait before reading scores).
+ * False: nothing to score here, the CTA returns. */
+typedef struct {
+  int t0, nt;                  /* first token of the group, tokens in it */
+  int lo, hi;                  /* union of the tokens' visible key coordinates */
+  int tile_begin, tile_end;    /* this CTA's tiles */
+  long long range_lo, range_hi; /* its part of the -inf tail (sc_fill_tail at its end) */
+} sc_cta;
+
+static __device__ __forceinline__ bool sc_cta_begin(const dsa_scores_params &p, sc_group *grp, int T, int tile_keys,
+                                                    int tiles_per_cta, sc_cta *c) {
+  c->t0 = blockIdx.y * T;
+  c->nt = min(T, p.num_tokens - c->t0);
+  ptx_griddep_launch_dependents();
+  sc_group_setup(p, grp, c->nt, c->t0, &c->lo, &c->hi);
+  return sc_cta_tiles(p, grp, c->nt, c->t0, c->lo, c->hi, tile_keys, tiles_per_cta, &c->tile_begin, &c->tile_end,
+                      &c->range_lo, &c->range_hi);
+}
+
+/* Host: a scorer's grid — tiles_per_cta (*tpc, at most max_tpc) so that about `ctas` CTAs cover
+ * total_tiles key tiles for each of `groups` token groups (grid.y). */
+static inline dim3 sc_grid(int total_tiles, int groups, long long ctas, int max_tpc, int *tpc) {
+  long long t = ((long long)total_tiles * groups + ctas - 1) / ctas;
+  if (t < 1) t = 1;
+  if (t > max_tpc) t = max_tpc;
+  *tpc = (int)t;
+  return dim3((unsigned)((total_tiles + t - 1) / t), (unsigned)groups);
 }
 
 /* Host: how a scoring launch groups its tokens — decode: one request's q_len_per_req tokens (they

@@ -217,6 +217,10 @@ static __device__ __forceinline__ void w2_tile_scores(const dsa_scores_params &p
   const int ok1 = ((const int *)(st + W2_WG_ROWS_BYTES + W2_WG_KEYS * 4))[r1];
   const bool fast = qscale_nonneg && __all_sync(0xffffffffu, ks0 >= 0.f && ks1 >= 0.f);
 
+  /* Descriptors built once: a start address a multiple of 16 bytes further is the descriptor plus
+   * (bytes >> 4) in its low 14-bit field (shared addresses < 2^18, no carry out). */
+  const uint64_t da0 = ptx_wgmma_desc_sw128(a_addr, 16, 1024);
+  const uint64_t db0 = ptx_wgmma_desc_sw128(q_addr, 16, 1024);
   for (int chk = 0; chk < chunks; chk++) {
     float acc[NC / 2];
 #pragma unroll
@@ -224,8 +228,8 @@ static __device__ __forceinline__ void w2_tile_scores(const dsa_scores_params &p
     ptx_wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < 4; ks++) {
-      const uint64_t da = ptx_wgmma_desc_sw128(a_addr + 32 * ks, 16, 1024);
-      const uint64_t db = ptx_wgmma_desc_sw128(q_addr + chk * NC * W2_ROW + 32 * ks, 16, 1024);
+      const uint64_t da = da0 + (uint64_t)((32 * ks) >> 4);
+      const uint64_t db = db0 + (uint64_t)((chk * NC * W2_ROW + 32 * ks) >> 4);
       ptx_wgmma_k32_e4m3<NC>(acc, da, db, ks > 0);
     }
     ptx_wgmma_commit();

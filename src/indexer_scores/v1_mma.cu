@@ -134,18 +134,10 @@ __global__ void __launch_bounds__(SC_THREADS, ONE ? 2 : 1)
   unsigned char *kstages = smem + sc_q_bytes(T, HP); /* NS x [8 warps x stage] */
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int t0 = blockIdx.y * T;
-  const int nt = min(T, p.num_tokens - t0);
-  /* The top-k kernel after this one may start launching (it waits for this grid's scores with
-   * griddepcontrol.wait before reading anything). */
-  ptx_griddep_launch_dependents();
-
-  /* Token lengths and the union of their key ranges. */
-  int lo, hi, tile_begin, tile_end;
-  long long range_lo, range_hi;
-  sc_group_setup(p, grp, nt, t0, &lo, &hi);
-  if (!sc_cta_tiles(p, grp, nt, t0, lo, hi, SC_TILE, tiles_per_cta, &tile_begin, &tile_end, &range_lo, &range_hi))
-    return;
+  sc_cta cta;
+  if (!sc_cta_begin(p, grp, T, SC_TILE, tiles_per_cta, &cta)) return;
+  const int t0 = cta.t0, nt = cta.nt, lo = cta.lo, hi = cta.hi, tile_begin = cta.tile_begin, tile_end = cta.tile_end;
+  const long long range_lo = cta.range_lo, range_hi = cta.range_hi;
 
   /* Stage q (f16, scaled) and weights: one warp per (token, head) row, 4 dims a lane. */
   const int H = p.q.num_heads;
@@ -378,10 +370,8 @@ static int sc_launch(const dsa_scores_params *p, int T, int HP, int groups, int 
   /* Enough CTAs to fill the SMs several times over; with a big token group the q staging is
    * worth amortising over more tiles per CTA, so aim for fewer waves. */
   const long long want = (long long)(p->num_sms > 0 ? p->num_sms : 132) * ((long long)T * HP >= 256 ? 2 : 8);
-  int tpc = (int)(((long long)total_tiles * groups + want - 1) / want);
-  if (tpc < 1) tpc = 1;
-  if (tpc > 32) tpc = 32;
-  const dim3 grid((total_tiles + tpc - 1) / tpc, groups);
+  int tpc;
+  const dim3 grid = sc_grid(total_tiles, groups, want, 32, &tpc);
   cudaError_t err;
   if (T == 1 && HP == 32) {
     /* Decode without MTP: two CTAs per SM, three stages each. (64 heads would spill at the

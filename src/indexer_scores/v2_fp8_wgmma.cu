@@ -63,16 +63,10 @@ __global__ void __launch_bounds__(W2_THREADS, NC <= 64 ? 2 : 1)
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int wg = warp >> 2, wi = warp & 3;
-  const int t0 = blockIdx.y * T;
-  const int nt = min(T, p.num_tokens - t0);
-  /* The top-k kernel after this one may start launching (it waits with griddepcontrol.wait). */
-  ptx_griddep_launch_dependents();
-
-  int lo, hi, tile_begin, tile_end;
-  long long range_lo, range_hi;
-  sc_group_setup(p, grp, nt, t0, &lo, &hi);
-  if (!sc_cta_tiles(p, grp, nt, t0, lo, hi, W2_TILE, tiles_per_cta, &tile_begin, &tile_end, &range_lo, &range_hi))
-    return;
+  sc_cta cta;
+  if (!sc_cta_begin(p, grp, T, W2_TILE, tiles_per_cta, &cta)) return;
+  const int t0 = cta.t0, nt = cta.nt, lo = cta.lo, hi = cta.hi, tile_begin = cta.tile_begin, tile_end = cta.tile_end;
+  const long long range_lo = cta.range_lo, range_hi = cta.range_hi;
 
   /* The key ring's first NS-1 tiles go out before q is staged. */
   const int row0 = 16 * wi;
@@ -133,10 +127,8 @@ static int w2_launch(const dsa_scores_params *p, int T, int HP, int groups, int 
    * fill are paid once per CTA, not once per few tiles (v2's first version used v1's 8 per SM and
    * lost to v1 at 128k and 1M decode). */
   const long long want = (long long)(p->num_sms > 0 ? p->num_sms : 132) * 2;
-  int tpc = (int)(((long long)total_tiles * groups + want - 1) / want);
-  if (tpc < 1) tpc = 1;
-  if (tpc > 256) tpc = 256;
-  const dim3 grid((total_tiles + tpc - 1) / tpc, groups);
+  int tpc;
+  const dim3 grid = sc_grid(total_tiles, groups, want, 256, &tpc);
   const int n = T * HP;
   cudaError_t err;
   if (HP == 32)
