@@ -30,14 +30,14 @@
 #define W3_CONSUMERS 3         /* consumer warpgroups */
 #define W3_THREADS (128 * (1 + W3_CONSUMERS))
 #define W3_NS 8               /* ring stages of one 64-key tile each */
-#define W3_PREFILL_T32 16     /* prefill tokens a CTA groups, 32 heads (two chunks of 256) */
+#define W3_PREFILL_T32 16     /* prefill tokens a CTA groups, 32 heads (four chunks of 128 columns) */
 #define W3_PREFILL_T64 8      /* 64 heads */
 static_assert(W3_NS % 4 == 0, "stage s belongs to producer warp s % 4");
 
 /* Shared memory: full[NS], empty[NS] mbarriers | the group | (aligned to 1024) q tile | NS stages |
- * wq, w, qsc [qrows]. The barriers sit first, at the same offset in every instantiation: racecheck
- * flagged q staging writes over the offset where another instantiation's CTA on the same SM had kept
- * its barriers. */
+ * wq, w, qsc [qrows]. The barriers sit first, at one offset in every instantiation, apart from
+ * anything staged (moved there against a racecheck report of q stores over barriers; the report
+ * persists, docs/PERF.md). */
 static size_t w3_smem_bytes(int qrows) {
   return 2 * W3_NS * 8 + sizeof(sc_group) + 1024 + (size_t)w2_q_bytes(qrows) + (size_t)W3_NS * W2_WG_STAGE +
          (size_t)3 * qrows * 4 + 16;
@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(W3_THREADS, 1)
       for (int q4 = 0; q4 < 4; q4++) raw[q4] = raw_next[q4];
     }
   } else {
-    /* ---- consumer warpgroup g: tiles g, g + 2, ... ---- */
+    /* ---- consumer warpgroup g: tiles g, g + 3, ... ---- */
     ptx_setmaxnreg_inc<144>();
     const int g = (warp >> 2) - 1, wi = warp & 3;
     const uint32_t q_addr = ptx_smem_u32(q_tile);
@@ -117,8 +117,8 @@ __global__ void __launch_bounds__(W3_THREADS, 1)
       ptx_mbar_arrive(ptx_smem_u32(&empty[s])); /* this warpgroup is done with the stage */
     }
   }
-  /* Every role is done with the ring: invalidate its barriers (the next CTA on this SM may lay other
-   * data over them; racecheck flags an uninvalidated barrier's memory reused). */
+  /* Every role is done with the ring: invalidate its barriers (PTX: a barrier's memory may hold other
+   * data only after mbarrier.inval; the next CTA on this SM lays its own data there). */
   __syncthreads();
   if (tid < W3_NS) {
     ptx_mbar_inval(ptx_smem_u32(&full[tid]));
