@@ -44,9 +44,11 @@ add_test(NAME dsa.gpu_scores_v2 COMMAND test_gpu)
 set_tests_properties(dsa.gpu_scores_v2 PROPERTIES ENVIRONMENT "DSA_INDEXER_KERNEL=v2;DSA_TEST_ONLY=indexer")
 add_test(NAME dsa.gpu_scores_v3 COMMAND test_gpu)
 set_tests_properties(dsa.gpu_scores_v3 PROPERTIES ENVIRONMENT "DSA_INDEXER_KERNEL=v3;DSA_TEST_ONLY=indexer")
+add_test(NAME dsa.gpu_scores_v3t COMMAND test_gpu)
+set_tests_properties(dsa.gpu_scores_v3t PROPERTIES ENVIRONMENT "DSA_INDEXER_KERNEL=v3t;DSA_TEST_ONLY=indexer")
 add_test(NAME dsa.gpu_garbage_v3 COMMAND test_gpu_garbage)
 set_tests_properties(dsa.gpu_garbage_v3 PROPERTIES ENVIRONMENT "DSA_MLA_KERNEL=v3;DSA_TEST_ONLY=attention")
-set_tests_properties(dsa.gpu dsa.gpu_v1 dsa.gpu_v2 dsa.gpu_v3 dsa.gpu_topk_chain dsa.gpu_scores_v1 dsa.gpu_scores_v2 dsa.gpu_scores_v3 dsa.gpu_garbage dsa.gpu_garbage_v2 dsa.gpu_garbage_v3
+set_tests_properties(dsa.gpu dsa.gpu_v1 dsa.gpu_v2 dsa.gpu_v3 dsa.gpu_topk_chain dsa.gpu_scores_v1 dsa.gpu_scores_v2 dsa.gpu_scores_v3 dsa.gpu_scores_v3t dsa.gpu_garbage dsa.gpu_garbage_v2 dsa.gpu_garbage_v3
                      PROPERTIES SKIP_RETURN_CODE 77)
 
 # ---- Host-layer tests that run without a GPU, under AddressSanitizer + UndefinedBehaviorSanitizer ----

@@ -338,6 +338,7 @@ static int indexer_kernel_forced(void) {
   if (e && strcmp(e, "v1") == 0) return 1;
   if (e && strcmp(e, "v2") == 0) return 2;
   if (e && strcmp(e, "v3") == 0) return 3;
+  if (e && strcmp(e, "v3t") == 0) return 5;
   return 0;
 }
 

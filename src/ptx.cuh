@@ -156,6 +156,29 @@ __device__ __forceinline__ void ptx_mbar_init(uint32_t bar, int count) {
 __device__ __forceinline__ void ptx_mbar_inval(uint32_t bar) {
   asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
+/* mbarrier.arrive.expect_tx (PTX ISA, mbarrier.expect_tx / arrive): one arrival, and `bytes` more
+ * of transaction count for the phase (the bulk / tensor copies that complete on it). */
+__device__ __forceinline__ void ptx_mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+/* A 3-D tensor tile global -> shared by the TMA unit, completing `bar`'s transaction count (PTX ISA,
+ * cp.async.bulk.tensor; tmap: the address of a __grid_constant__ CUtensorMap; out-of-bounds boxes
+ * arrive zero-filled). */
+__device__ __forceinline__ void ptx_tma_load_3d(uint32_t dst, const void *tmap, int c0, int c1, int c2, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(dst),
+      "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+/* A contiguous bulk copy global -> shared (bytes a multiple of 16, both ends 16-byte aligned),
+ * completing `bar`'s transaction count (PTX ISA, cp.async.bulk). */
+__device__ __forceinline__ void ptx_bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(__cvta_generic_to_global(src)), "r"(bytes), "r"(bar)
+               : "memory");
+}
 /* mbarrier.arrive with release semantics at CTA scope (§9.7.12.15.13). */
 __device__ __forceinline__ void ptx_mbar_arrive(uint32_t bar) {
   asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.release.cta.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar)

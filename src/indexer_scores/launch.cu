@@ -17,6 +17,7 @@ extern "C" int dsa_indexer_scores_launch(const dsa_scores_params *p, cudaStream_
   const bool fp8_q = p->q.q_dtype == DSA_DTYPE_FP8_E4M3;
   if (fp8_q && p->kernel == 2) return dsa_indexer_scores_v2_launch(p, stream);
   if (fp8_q && p->kernel == 3) return dsa_indexer_scores_v3_launch(p, stream);
+  if (fp8_q && p->kernel == 5) return dsa_indexer_scores_v3t_launch(p, stream);
   if (fp8_q && p->kernel == 0 && p->rows.mode == DSA_ROWS_PREFILL) return dsa_indexer_scores_v3_launch(p, stream);
   return dsa_indexer_scores_v1_launch(p, stream);
 }

@@ -18,7 +18,10 @@
  * 128 columns (64 accumulators a thread); the producers give registers to the consumers
  * (setmaxnreg 56 / 144).
  */
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "dsa_kernels.h"
 #include "indexer_scores/common.cuh"
@@ -43,9 +46,14 @@ static size_t w3_smem_bytes(int qrows) {
          (size_t)3 * qrows * 4 + 16;
 }
 
-template <int HP, int NC>
+/* TMA (decode, page size 64: a tile is one page): the producer's lane 0 moves a page with one TMA
+ * tensor load (kmap: [pages][64 rows][128 B], 128-byte swizzle — the layout wgmma reads) and its
+ * 256 B of scales with one bulk copy, both completing the stage's `full` transaction count; a bad
+ * page id loads an out-of-bounds box (zeros) and flags its keys invalid. Else cp.async per row. */
+template <int HP, int NC, bool TMA>
 __global__ void __launch_bounds__(W3_THREADS, 1)
-    indexer_scores_v3_kernel(const dsa_scores_params p, int T, int tiles_per_cta) {
+    indexer_scores_v3_kernel(const dsa_scores_params p, int T, int tiles_per_cta,
+                             const __grid_constant__ CUtensorMap kmap) {
   extern __shared__ unsigned char smem_raw[];
   uint64_t *full = (uint64_t *)smem_raw; /* dynamic shared memory is at least 16-byte aligned */
   uint64_t *empty = full + W3_NS;
@@ -68,7 +76,8 @@ __global__ void __launch_bounds__(W3_THREADS, 1)
   const int ntiles = tile_end - tile_begin;
 
   if (tid < W3_NS) {
-    ptx_mbar_init(ptx_smem_u32(&full[tid]), 64);   /* the producer warp's lanes: copies landed + flags */
+    /* the producer warp's lanes: copies landed + flags (TMA: the flags + lane 0's expect_tx) */
+    ptx_mbar_init(ptx_smem_u32(&full[tid]), TMA ? 33 : 64);
     ptx_mbar_init(ptx_smem_u32(&empty[tid]), 128); /* the consumer warpgroup's threads */
   }
   w2_stage_q<HP>(p, grp, q_tile, wq_smem, w_smem, qsc_smem, qrows, nt, t0, warp, W3_THREADS / 32, lane);
@@ -79,6 +88,34 @@ __global__ void __launch_bounds__(W3_THREADS, 1)
   if (warp < 4) {
     /* ---- producer warp `warp`: tiles warp, warp + 4, ... ---- */
     ptx_setmaxnreg_dec<56>();
+    if constexpr (TMA) {
+      /* the page of this warp's next tile, looked up a tile ahead by lane 0 */
+      long long page = lane == 0 && warp < ntiles ? rows_key_raw(p.rows, t0, (tile_begin + warp) * W2_WG_KEYS) : -1;
+      for (int i = warp; i < ntiles; i += 4) {
+        const int s = i % W3_NS;
+        const int x0 = (tile_begin + i) * W2_WG_KEYS;
+        const long long page_next =
+            lane == 0 && i + 4 < ntiles ? rows_key_raw(p.rows, t0, x0 + 4 * W2_WG_KEYS) : -1;
+        if (i >= W3_NS) ptx_mbar_wait(ptx_smem_u32(&empty[s]), (uint32_t)((i / W3_NS - 1) & 1));
+        const long long pg = __shfl_sync(0xffffffffu, page, 0);
+        const bool valid = pg >= 0 && pg < p.cache.num_pages;
+        unsigned char *st = stages + s * W2_WG_STAGE;
+        int *s_ok = (int *)(st + W2_WG_ROWS_BYTES + W2_WG_KEYS * 4);
+        s_ok[lane] = valid;
+        s_ok[lane + 32] = valid;
+        const uint32_t bar = ptx_smem_u32(&full[s]);
+        ptx_mbar_arrive(bar); /* the flags (release) */
+        if (lane == 0) {
+          ptx_mbar_arrive_expect_tx(bar, W2_WG_ROWS_BYTES + (valid ? W2_WG_KEYS * 4 : 0));
+          ptx_tma_load_3d(ptx_smem_u32(st), &kmap, 0, 0, valid ? (int)pg : (int)p.cache.num_pages, bar);
+          if (valid)
+            ptx_bulk_load(ptx_smem_u32(st + W2_WG_ROWS_BYTES),
+                          p.cache.data + pg * (W2_WG_KEYS * (DSA_INDEX_HEAD_DIM + 4)) + W2_WG_ROWS_BYTES,
+                          W2_WG_KEYS * 4, bar);
+        }
+        page = page_next;
+      }
+    } else {
     /* Tile i's lookups are issued one of this warp's tiles ahead (their latency passes while the
      * warp waits for a free stage); its copies arrive on `full` by themselves when they land
      * (cp.async.mbarrier.arrive.noinc), its flags by a plain arrive: the warp never waits for data. */
@@ -100,6 +137,7 @@ __global__ void __launch_bounds__(W3_THREADS, 1)
       ptx_mbar_arrive(ptx_smem_u32(&full[s]));                /* its flag stores (release) */
 #pragma unroll
       for (int q4 = 0; q4 < 4; q4++) raw[q4] = raw_next[q4];
+    }
     }
   } else {
     /* ---- consumer warpgroup g: tiles g, g + 3, ... ---- */
@@ -127,16 +165,45 @@ __global__ void __launch_bounds__(W3_THREADS, 1)
   sc_fill_tail(p, grp, nt, t0, range_lo, range_hi);
 }
 
-template <int HP, int NC>
-static cudaError_t w3_launch_t(const dsa_scores_params *p, dim3 grid, int T, int tpc, cudaStream_t stream) {
+template <int HP, int NC, bool TMA>
+static cudaError_t w3_launch_t(const dsa_scores_params *p, dim3 grid, int T, int tpc, const CUtensorMap &kmap,
+                               cudaStream_t stream) {
   static dsa_smem_cache cache;
   const int qrows = (T * HP + NC - 1) / NC * NC;
-  return dsa_launch_smem(indexer_scores_v3_kernel<HP, NC>, &cache, grid, W3_THREADS, w3_smem_bytes(qrows), stream,
-                         false, *p, T, tpc);
+  return dsa_launch_smem(indexer_scores_v3_kernel<HP, NC, TMA>, &cache, grid, W3_THREADS, w3_smem_bytes(qrows), stream,
+                         false, *p, T, tpc, kmap);
+}
+
+/* The index-K cache as a TMA tensor map for decode with 64-key pages: dims (128 B, 64 rows, pages),
+ * strides (1, 128, page bytes), a [128 B x 64 rows x 1 page] box, 128-byte swizzle. False when the
+ * driver has no encoder or refuses the map (the caller takes the cp.async path). */
+static bool w3_key_map(const dsa_scores_params *p, CUtensorMap *map) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+  static bool looked = false;
+  if (!looked) { /* benign race: every thread stores the same pointer */
+    void *fn = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+      encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+    (void)cudaGetLastError();
+    looked = true;
+  }
+  if (!encode || p->cache.page_size != W2_WG_KEYS || p->cache.num_pages <= 0 || p->cache.num_pages >= 0x7fffffffLL)
+    return false;
+  const cuuint64_t dims[3] = {DSA_INDEX_HEAD_DIM, W2_WG_KEYS, (cuuint64_t)p->cache.num_pages};
+  const cuuint64_t strides[2] = {DSA_INDEX_HEAD_DIM, (cuuint64_t)W2_WG_KEYS * (DSA_INDEX_HEAD_DIM + 4)};
+  const cuuint32_t box[3] = {DSA_INDEX_HEAD_DIM, W2_WG_KEYS, 1};
+  const cuuint32_t estr[3] = {1, 1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, (void *)p->cache.data, dims, strides, box, estr,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 /* max_x <= DSA_MAX_ROW_LEN (dsa.c): tile arithmetic in the kernel stays inside int. */
-static int w3_launch(const dsa_scores_params *p, int T, int HP, int groups, int max_x, cudaStream_t stream) {
+template <bool TMA>
+static int w3_launch(const dsa_scores_params *p, int T, int HP, int groups, int max_x, const CUtensorMap &kmap,
+                     cudaStream_t stream) {
   const int total_tiles = (int)(((int64_t)max_x + W2_WG_KEYS - 1) / W2_WG_KEYS);
   if (total_tiles == 0 || groups == 0) return 0;
   /* one long-lived CTA an SM (512 threads x 128 registers fill its register file; its setup and the
@@ -147,18 +214,32 @@ static int w3_launch(const dsa_scores_params *p, int T, int HP, int groups, int 
   const int n = T * HP;
   cudaError_t err;
   if (HP == 32)
-    err = n <= 32    ? w3_launch_t<32, 32>(p, grid, T, tpc, stream)
-          : n <= 64  ? w3_launch_t<32, 64>(p, grid, T, tpc, stream)
-                     : w3_launch_t<32, 128>(p, grid, T, tpc, stream);
+    err = n <= 32    ? w3_launch_t<32, 32, TMA>(p, grid, T, tpc, kmap, stream)
+          : n <= 64  ? w3_launch_t<32, 64, TMA>(p, grid, T, tpc, kmap, stream)
+                     : w3_launch_t<32, 128, TMA>(p, grid, T, tpc, kmap, stream);
   else
-    err = n <= 64 ? w3_launch_t<64, 64>(p, grid, T, tpc, stream) : w3_launch_t<64, 128>(p, grid, T, tpc, stream);
+    err = n <= 64 ? w3_launch_t<64, 64, TMA>(p, grid, T, tpc, kmap, stream)
+                  : w3_launch_t<64, 128, TMA>(p, grid, T, tpc, kmap, stream);
   return (int)err;
 }
 
-extern "C" int dsa_indexer_scores_v3_launch(const dsa_scores_params *p, cudaStream_t stream) {
+/* tma: decode's pages by TMA where the cache allows (DSA_INDEXER_KERNEL=v3t); else cp.async. */
+static int w3_dispatch(const dsa_scores_params *p, bool tma, cudaStream_t stream) {
   if (p->num_tokens <= 0) return 0;
   const int HP = p->q.num_heads <= 32 ? 32 : 64;
   int T, groups, max_x;
   sc_token_groups(p, HP == 32 ? W3_PREFILL_T32 : W3_PREFILL_T64, &T, &groups, &max_x);
-  return w3_launch(p, T, HP, groups, max_x, stream);
+  CUtensorMap kmap;
+  memset(&kmap, 0, sizeof kmap);
+  if (tma && p->rows.mode == DSA_ROWS_DECODE && w3_key_map(p, &kmap))
+    return w3_launch<true>(p, T, HP, groups, max_x, kmap, stream);
+  return w3_launch<false>(p, T, HP, groups, max_x, kmap, stream);
+}
+
+extern "C" int dsa_indexer_scores_v3_launch(const dsa_scores_params *p, cudaStream_t stream) {
+  return w3_dispatch(p, false, stream);
+}
+
+extern "C" int dsa_indexer_scores_v3t_launch(const dsa_scores_params *p, cudaStream_t stream) {
+  return w3_dispatch(p, true, stream);
 }
