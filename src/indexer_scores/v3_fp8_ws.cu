@@ -51,7 +51,7 @@ static size_t w3_smem_bytes(int qrows) {
  * 256 B of scales with one bulk copy, both completing the stage's `full` transaction count; a bad
  * page id loads an out-of-bounds box (zeros) and flags its keys invalid. Else cp.async per row. */
 template <int HP, int NC, bool TMA>
-__global__ void __launch_bounds__(W3_THREADS, 1)
+__global__ void __launch_bounds__(W3_THREADS, NC <= 32 ? 2 : 1)
     indexer_scores_v3_kernel(const dsa_scores_params p, int T, int tiles_per_cta,
                              const __grid_constant__ CUtensorMap kmap) {
   extern __shared__ unsigned char smem_raw[];
@@ -87,7 +87,8 @@ __global__ void __launch_bounds__(W3_THREADS, 1)
 
   if (warp < 4) {
     /* ---- producer warp `warp`: tiles warp, warp + 4, ... ---- */
-    ptx_setmaxnreg_dec<56>();
+    /* two CTAs an SM at 32 columns (decode, one token): 64 registers each, no exchange */
+    if constexpr (NC > 32) ptx_setmaxnreg_dec<56>();
     if constexpr (TMA) {
       /* the page of this warp's next tile, looked up a tile ahead by lane 0 */
       long long page = lane == 0 && warp < ntiles ? rows_key_raw(p.rows, t0, (tile_begin + warp) * W2_WG_KEYS) : -1;
@@ -141,7 +142,7 @@ __global__ void __launch_bounds__(W3_THREADS, 1)
     }
   } else {
     /* ---- consumer warpgroup g: tiles g, g + 3, ... ---- */
-    ptx_setmaxnreg_inc<144>();
+    if constexpr (NC > 32) ptx_setmaxnreg_inc<144>();
     const int g = (warp >> 2) - 1, wi = warp & 3;
     const uint32_t q_addr = ptx_smem_u32(q_tile);
     for (int i = g; i < ntiles; i += W3_CONSUMERS) {
@@ -208,7 +209,9 @@ static int w3_launch(const dsa_scores_params *p, int T, int HP, int groups, int 
   if (total_tiles == 0 || groups == 0) return 0;
   /* one long-lived CTA an SM (512 threads x 128 registers fill its register file; its setup and the
    * ring's first fill paid once) */
-  const long long want = (long long)(p->num_sms > 0 ? p->num_sms : 132);
+  /* one CTA an SM; two at 32 columns (one decode token: 64 registers a thread suffice, and a batch's
+   * groups fill the SMs in fewer, fuller waves) */
+  const long long want = (long long)(p->num_sms > 0 ? p->num_sms : 132) * (T * HP <= 32 ? 2 : 1);
   int tpc;
   const dim3 grid = sc_grid(total_tiles, groups, want, 512, &tpc);
   const int n = T * HP;
