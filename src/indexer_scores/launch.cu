@@ -4,8 +4,8 @@
  *   v2 (v2_fp8_wgmma.cu)  FP8 q only: e4m3 x e4m3 wgmma straight on the cache bytes
  *   v3 (v3_fp8_ws.cu)     FP8 q only: v2's tiles, warp-specialised (a producer warpgroup, three
  *                         consumer warpgroups, mbarriers), one CTA an SM
- * FP8-q prefill runs on v3 (H200, 64 tokens: 0.74 ms at 1M against v1's 1.92, 0.116 at 128k against
- * 0.32); decode and bf16 q stay on v1 (v3's one CTA an SM, 16 tokens' columns wide, loses where a
+ * FP8-q prefill runs on v3 (H200, 64 tokens: 0.74-0.76 ms at 1M against v1's 1.92, 0.116-0.118 at
+ * 128k against 0.32); decode and bf16 q stay on v1 (v3's one CTA an SM, 16 tokens' columns wide, loses where a
  * group is one to eight tokens; docs/PERF.md). DSA_INDEXER_KERNEL=v1 / v2 / v3 forces one
  * (dsa.c sets params.kernel; v2 / v3 only with FP8 q).
  */
