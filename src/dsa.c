@@ -344,7 +344,9 @@ static int indexer_kernel_forced(void) {
 /* DSA_TOPK_CLUSTER=0 keeps few long rows off the one-cluster-a-row top-k (tests of the other paths). */
 static int topk_cluster_allowed(void) {
   const char *e = getenv("DSA_TOPK_CLUSTER");
-  return !(e && strcmp(e, "0") == 0);
+  if (!e) return 1;
+  const int n = atoi(e); /* 0: off; N: clusters for up to N x SMs CTAs (default 1; a tuning knob) */
+  return n < 0 ? 0 : n > 64 ? 64 : n;
 }
 
 /* Scores + top-k over num_tokens tokens in chunks of plan.chunk. */

@@ -145,7 +145,8 @@ typedef struct {
   int32_t *out;            /* row of launch-token i at out + i * topk */
   int32_t *out_lens;       /* may be NULL; indexed like out */
   int num_sms;             /* of the current device: few long rows go to one cluster each */
-  int allow_cluster;       /* 0: never the cluster path (DSA_TOPK_CLUSTER=0, tests of the chain) */
+  int allow_cluster;       /* 0: never the cluster path (DSA_TOPK_CLUSTER=0, tests of the chain);
+                              N >= 1: clusters while rows x C <= N x SMs (DSA_TOPK_CLUSTER=N, default 1) */
 } dsa_topk_params;
 /* workspace: dsa_topk_ws_layout(num_tokens).total bytes. */
 int dsa_topk_launch(const dsa_topk_params *p, void *workspace, cudaStream_t stream);
