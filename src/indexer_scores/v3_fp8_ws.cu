@@ -135,10 +135,11 @@ __global__ void __launch_bounds__(W3_THREADS, 1)
         const int ok0 = ((const int *)(st + W2_WG_ROWS_BYTES + W2_WG_KEYS * 4))[r0];
         const int ok1 = ((const int *)(st + W2_WG_ROWS_BYTES + W2_WG_KEYS * 4))[r1];
         const bool fast = qscale_nonneg && __all_sync(0xffffffffu, ks0 >= 0.f && ks1 >= 0.f);
-        ptx_bar_sync(1 + g, 128);          /* the warpgroup's wgmma on the previous tile's kbuf are done */
+        /* named barriers 2..4, one a consumer warpgroup (1 stays free for all consumers together) */
+        ptx_bar_sync(2 + g, 128);          /* the warpgroup's wgmma on the previous tile's kbuf are done */
         w2_keys_to_f16(st, kbuf, tid & 127);
         ptx_fence_proxy_async_smem();      /* the f16 keys' generic stores before wgmma reads them */
-        ptx_bar_sync(1 + g, 128);          /* every warp's rows converted */
+        ptx_bar_sync(2 + g, 128);          /* every warp's rows converted */
         ptx_mbar_arrive(ptx_smem_u32(&empty[s])); /* the stage is free: rows converted, scales read */
         if (w2_any_visible(grp, nt, x0))
           w2_tile_scores_f16<HP, NC>(p, grp, ptx_smem_u32(kbuf), ptx_smem_u32(q_tile), qrows, wq_smem, w_smem,
