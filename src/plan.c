@@ -37,58 +37,61 @@ static int64_t mla_split_cost(int64_t units, int s, int bps, int64_t wave) {
   return mla_waves(units, s, wave) * (bps + 1) + (s > 1 ? 1 : 0);
 }
 
-/* v2: HN = 16 or 32 heads per CTA; splits form a cluster of 1, 2, 4 or 8 CTAs and need no
- * workspace. Among those, the fewest waves x (chunks per split + 1) (+1 for the merge). */
-static dsa_mla_plan mla_plan_sm90(const dsa_sparse_mla_args *a, int num_sms) {
+/* A plan of `kernel` at 16 mt heads a CTA (v1 / v2: mt 1, 2 or 4; v3: 4), every chunk in one split. */
+static dsa_mla_plan mla_plan_unsplit(const dsa_sparse_mla_args *a, int kernel, int mt) {
   dsa_mla_plan pl;
-  const int H = a->num_heads;
-  pl.kernel = DSA_MLA_KERNEL_SM90;
-  pl.mt = H <= 16 ? 1 : 2;
-  pl.groups = (H + 16 * pl.mt - 1) / (16 * pl.mt);
+  pl.kernel = kernel;
+  pl.mt = mt;
+  pl.groups = (a->num_heads + 16 * mt - 1) / (16 * mt);
   pl.num_blocks = (a->topk + MLA_BLOCK_N - 1) / MLA_BLOCK_N;
   pl.splits = 1;
   pl.blocks_per_split = pl.num_blocks;
-  if (num_sms < 1) num_sms = 1;
-  const int64_t units = mla_units(a, pl.groups);
+  return pl;
+}
+
+/* v2 and v3 split a (token, head group)'s chunks over a cluster of s = 1, 2, 4 or 8 CTAs (no
+ * workspace): the cheapest s by `cost` while each is a real split. */
+typedef int64_t (*mla_cluster_cost)(int64_t units, int s, int bps, int num_sms);
+static void mla_pick_cluster_split(dsa_mla_plan *pl, int64_t units, int num_sms, mla_cluster_cost cost_of) {
   int64_t best_cost = INT64_MAX;
   for (int s = 1; s <= 8; s *= 2) {
-    const int bps = (pl.num_blocks + s - 1) / s;
-    if (s > 1 && (pl.num_blocks + bps - 1) / bps != s) break; /* fewer real splits than s */
-    const int64_t cost = mla_split_cost(units, s, bps, num_sms);
+    const int bps = (pl->num_blocks + s - 1) / s;
+    if (s > 1 && (pl->num_blocks + bps - 1) / bps != s) break; /* fewer real splits than s */
+    const int64_t cost = cost_of(units, s, bps, num_sms);
     if (cost < best_cost) {
       best_cost = cost;
-      pl.splits = s;
-      pl.blocks_per_split = bps;
+      pl->splits = s;
+      pl->blocks_per_split = bps;
     }
   }
+}
+
+/* v2: waves x (chunks per split + 1) (+1 for the merge), as v1. */
+static int64_t mla_cost_sm90(int64_t units, int s, int bps, int num_sms) {
+  return mla_split_cost(units, s, bps, num_sms);
+}
+
+/* v3: waves x (chunks per split + 1 for the merge, about a chunk's time); clusters of 4 and 8 fill
+ * a wave less well (MLA_CLUSTER_WAVE_NUM / DEN of the SMs). */
+static int64_t mla_cost_v3(int64_t units, int s, int bps, int num_sms) {
+  const int64_t wave = s <= 2 ? num_sms : (int64_t)num_sms * MLA_CLUSTER_WAVE_NUM / MLA_CLUSTER_WAVE_DEN;
+  return mla_waves(units, s, wave > 0 ? wave : 1) * (bps + (s > 1 ? 1 : 0));
+}
+
+/* v2: HN = 16 or 32 heads per CTA; splits form a cluster of 1, 2, 4 or 8 CTAs. */
+static dsa_mla_plan mla_plan_sm90(const dsa_sparse_mla_args *a, int num_sms) {
+  dsa_mla_plan pl = mla_plan_unsplit(a, DSA_MLA_KERNEL_SM90, a->num_heads <= 16 ? 1 : 2);
+  if (num_sms < 1) num_sms = 1;
+  mla_pick_cluster_split(&pl, mla_units(a, pl.groups), num_sms, mla_cost_sm90);
   return pl;
 }
 
 /* v3: CTAs of (token, 64 heads); below a wave the chunks of a (token, group) are split over a cluster
- * of 2, 4 or 8 CTAs merged through distributed shared memory (no workspace). Among those, the fewest
- * waves x (chunks per split + 1) (+1 for the merge, about a chunk's time), as v2. */
+ * of 2, 4 or 8 CTAs merged through distributed shared memory. */
 static dsa_mla_plan mla_plan_v3(const dsa_sparse_mla_args *a, int num_sms) {
-  dsa_mla_plan pl;
-  pl.kernel = DSA_MLA_KERNEL_V3;
-  pl.mt = 4;
-  pl.groups = (a->num_heads + 63) / 64;
-  pl.num_blocks = (a->topk + MLA_BLOCK_N - 1) / MLA_BLOCK_N;
-  pl.splits = 1;
-  pl.blocks_per_split = pl.num_blocks;
+  dsa_mla_plan pl = mla_plan_unsplit(a, DSA_MLA_KERNEL_V3, 4);
   if (num_sms < 1) num_sms = 1;
-  const int64_t units = mla_units(a, pl.groups);
-  int64_t best_cost = INT64_MAX;
-  for (int s = 1; s <= 8; s *= 2) {
-    const int bps = (pl.num_blocks + s - 1) / s;
-    if (s > 1 && (pl.num_blocks + bps - 1) / bps != s) break; /* fewer real splits than s */
-    const int64_t wave = s <= 2 ? num_sms : (int64_t)num_sms * MLA_CLUSTER_WAVE_NUM / MLA_CLUSTER_WAVE_DEN;
-    const int64_t cost = mla_waves(units, s, wave > 0 ? wave : 1) * (bps + (s > 1 ? 1 : 0));
-    if (cost < best_cost) {
-      best_cost = cost;
-      pl.splits = s;
-      pl.blocks_per_split = bps;
-    }
-  }
+  mla_pick_cluster_split(&pl, mla_units(a, pl.groups), num_sms, mla_cost_v3);
   return pl;
 }
 
@@ -110,13 +113,7 @@ int dsa_mla_choose_kernel(const dsa_sparse_mla_args *a, int num_sms) {
  * uses > 114 KB of shared memory) and at most 2 CTAs per SM in all (bounds the workspace); among
  * those, the fewest waves x (blocks per split + 1) (+1 for the combine). */
 static dsa_mla_plan mla_plan_v1(const dsa_sparse_mla_args *a, int num_sms, int mt) {
-  dsa_mla_plan pl;
-  pl.kernel = DSA_MLA_KERNEL_MMA;
-  pl.mt = mt;
-  pl.groups = (a->num_heads + 16 * mt - 1) / (16 * mt);
-  pl.num_blocks = (a->topk + MLA_BLOCK_N - 1) / MLA_BLOCK_N;
-  pl.splits = 1;
-  pl.blocks_per_split = pl.num_blocks;
+  dsa_mla_plan pl = mla_plan_unsplit(a, DSA_MLA_KERNEL_MMA, mt);
   const int64_t units = mla_units(a, pl.groups);
   const int64_t slots = num_sms;
   if (units >= slots) return pl;

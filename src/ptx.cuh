@@ -61,16 +61,16 @@ __device__ __forceinline__ void ptx_cp_async_4(uint32_t dst, const void *src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(__cvta_generic_to_global(src)) : "memory");
 }
 /* cp.async.commit_group / wait_group (§9.7.9.25.3.2, §9.7.9.25.3.3). */
+__device__ __forceinline__ void ptx_cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void ptx_cp_async_wait(void) {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 /* An arrive on an mbarrier, made when all of this thread's earlier cp.async copies have landed, not
  * counted in advance (cp.async.mbarrier.arrive.noinc, §9.7.9.25.3.4): the producer never waits for
  * its own copies. */
 __device__ __forceinline__ void ptx_cp_async_mbar_arrive_noinc(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void ptx_cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void ptx_cp_async_wait(void) {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 /* ---- shared memory, in program order ---- */

@@ -3,7 +3,7 @@
 # short table printed last. Run from the repository root. Uses the build in $DSA_BUILD_DIR (default
 # ./build) when its binaries run on this machine (built on the dev machine and carried), else
 # builds ./build-dev here with ninja.
-# Usage: tools/device_run.sh [test|python|bench|attn|scores|v3|dev|all|sanitize [tool...]] [extra dsa-bench args...]
+# Usage: tools/device_run.sh [test|python|bench|attn|scores|compare|v3|dev|all|sanitize [tool...]] [extra dsa-bench args...]
 #   test      both GPU test programs (test_gpu, test_gpu_garbage)
 #   python    the Python package's tests (pytest, GPU part included) and examples/decode_layer.py
 #   bench     dsa-bench glm --check --json
@@ -16,6 +16,11 @@
 #             (every attention row, both KV formats)
 #   scores    the indexer scorers v1 (mma.sync) and v2 (FP8 wgmma) side by side: the indexer cases on
 #             v2, QGMMA count, glm scores at 8k / 128k / 1M on each (SCORES_NCU=1: ncu stalls of v2)
+#   compare   builds side by side (branches built here and carried): DSA_COMPARE="label=dir:kernel ..."
+#             (kernel: a DSA_INDEXER_KERNEL value, or "-" for the library's choice); for each entry the
+#             indexer cases with that kernel, its SASS counts (QGMMA, HGMMA, UTMALDG, UBLKCP), then
+#             dsa-bench glm (extra args appended, default --sizes 8k,128k,1M) --check; one table of
+#             scores / top-k ms per row and entry, logs and JSON in $OUT
 #   dev       the development aids: dsa-sm90-microbench, dsa-trace-mla, dsa-mla-v3-modes, and the
 #             attention crossover (dsa-bench attn --batches at 16 / 64 / 128 heads, each kernel forced)
 set -uo pipefail
@@ -112,6 +117,41 @@ if [ "$what" = v3 ]; then
     timeout 90 "$B/dsa-bench" attn --kv $kv --check --json "$OUT/v3-attn-$kv.json" >"$OUT/v3-attn-$kv.log" 2>&1 || rc=1
     sed -n '/== sparse/,$p' "$OUT/v3-attn-$kv.log" | grep -v "^%"
   done
+fi
+
+if [ "$what" = compare ]; then
+  bench_args=("$@")
+  [ ${#bench_args[@]} -eq 0 ] && bench_args=(--sizes 8k,128k,1M)
+  labels=()
+  for entry in ${DSA_COMPARE:-}; do
+    label=${entry%%=*}; rest=${entry#*=}; dir=${rest%%:*}; kern=${rest#*:}
+    labels+=("$label")
+    envk=(); [ "$kern" != "-" ] && envk=(DSA_INDEXER_KERNEL="$kern")
+    env "${envk[@]}" DSA_TEST_ONLY=indexer timeout 150 "$dir/test_gpu" >"$OUT/cmp-$label-tests.log" 2>&1 || rc=1
+    sass=$(cuobjdump --dump-sass "$dir/test_gpu" 2>/dev/null)
+    echo "$label ($dir, kernel $kern): indexer cases $(grep -E 'passed' "$OUT/cmp-$label-tests.log" | tail -1);" \
+      "SASS QGMMA $(grep -c QGMMA <<<"$sass") HGMMA $(grep -c HGMMA <<<"$sass") UTMALDG $(grep -c UTMALDG <<<"$sass") UBLKCP $(grep -c UBLKCP <<<"$sass")"
+    grep "^FAIL" "$OUT/cmp-$label-tests.log" | head -5
+    env "${envk[@]}" timeout 200 "$dir/dsa-bench" glm "${bench_args[@]}" --check --json "$OUT/cmp-$label.json" \
+      >"$OUT/cmp-$label.log" 2>&1 || rc=1
+  done
+  python3 - "$OUT" "${labels[@]}" <<'PY'
+import json, os, sys
+out, labels = sys.argv[1], sys.argv[2:]
+runs = {}
+for l in labels:
+    try: runs[l] = {(r["table"], r["S"]): r for r in json.load(open(os.path.join(out, "cmp-%s.json" % l)))["rows"]}
+    except Exception: runs[l] = {}
+keys = sorted({k for r in runs.values() for k in r}, key=lambda k: (k[0], k[1]))
+f = lambda v: "%.4f" % v if isinstance(v, (int, float)) else "  -   "
+print("table      S        " + "  ".join("%-22s" % (l + " scores/top-k") for l in labels))
+for k in keys:
+    cells = []
+    for l in labels:
+        r = runs[l].get(k)
+        cells.append("%-22s" % ((f(r["scores_ms"]) + "/" + f(r["topk_ms"]) + " " + r["check"]) if r else "-"))
+    print("%-8s %8d  " % k + "  ".join(cells))
+PY
 fi
 
 if [ "$what" = scores ]; then

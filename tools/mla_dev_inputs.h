@@ -1,7 +1,7 @@
 /*
  * mla_dev_inputs.h — what the attention development tools (dsa-trace-mla, dsa-trace-mla-v1,
- * dsa-mla-v3-modes) share: CK, a 64-bit LCG, and random inputs drawn from it in the caller's order —
- * KV rows, q, index rows. No check here: the tests do that.
+ * dsa-mla-v3-modes) share: CK, a 64-bit LCG, random inputs drawn from it in the caller's order —
+ * KV rows, q, index rows — and the attention call they time. No check here: the tests do that.
  */
 #pragma once
 #include <cuda_runtime.h>
@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "dsa.h"
 
 #define CK(x)                                                                                \
   do {                                                                                       \
@@ -50,4 +52,27 @@ static void mla_dev_q(uint16_t *q, size_t n, uint64_t *seed) {
 /* n index entries, uniform over S slots (every one valid). */
 static void mla_dev_indices(int32_t *idx, size_t n, int64_t S, uint64_t *seed) {
   for (size_t i = 0; i < n; ++i) idx[i] = (int32_t)(lcg(seed) % (uint32_t)S);
+}
+
+/* The call the tools time: T tokens x H heads, q [T, H, 576] bf16, S KV rows (bf16 rows 576
+ * elements apart; the stride is ignored for packed FP8), topk indices a token (row stride topk),
+ * softmax scale 1/16, out [T, H, 512], lse when given. */
+static dsa_sparse_mla_args mla_dev_args(const void *q, int T, int H, const void *kv, dsa_kv_format fmt, int64_t S,
+                                        const void *idx, int topk, void *out, float *lse) {
+  dsa_sparse_mla_args a;
+  memset(&a, 0, sizeof a);
+  a.q = q;
+  a.num_tokens = T;
+  a.num_heads = H;
+  a.kv_cache = kv;
+  a.kv_format = fmt;
+  a.num_slots = S;
+  a.kv_stride = 576;
+  a.indices = (const int32_t *)idx;
+  a.indices_stride = topk;
+  a.topk = topk;
+  a.softmax_scale = 0.0625f;
+  a.out = out;
+  a.lse = lse;
+  return a;
 }

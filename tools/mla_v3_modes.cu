@@ -30,20 +30,8 @@ static void run(int fp8, int T, int H) {
   CK(cudaMemcpy(dkv, kv, kv_bytes, cudaMemcpyHostToDevice));
   CK(cudaMemset(dq, 0x3C, 2 * (size_t)T * H * 576)); /* bf16 0x3C3C ~ 0.0115 */
   CK(cudaMemcpy(didx, idx, 4 * (size_t)T * topk, cudaMemcpyHostToDevice));
-  dsa_sparse_mla_args a;
-  memset(&a, 0, sizeof a);
-  a.q = dq;
-  a.num_tokens = T;
-  a.num_heads = H;
-  a.kv_cache = dkv;
-  a.kv_format = fp8 ? DSA_KV_FP8_PACKED : DSA_KV_BF16;
-  a.num_slots = S;
-  a.kv_stride = 576;
-  a.indices = (const int32_t *)didx;
-  a.indices_stride = topk;
-  a.topk = topk;
-  a.softmax_scale = 0.0625f;
-  a.out = dout;
+  const dsa_sparse_mla_args a =
+      mla_dev_args(dq, T, H, dkv, fp8 ? DSA_KV_FP8_PACKED : DSA_KV_BF16, S, didx, topk, dout, NULL);
   dsa_mla_plan pl; /* what plan.c makes for v3 (not linked here: the kernel is this file's own build) */
   memset(&pl, 0, sizeof pl);
   pl.kernel = DSA_MLA_KERNEL_V3;

@@ -43,20 +43,7 @@ static void trace(int H, int splits, int mt) {
   CK(cudaMemcpy(dq, q.data(), q.size() * 2, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(didx, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
 
-  dsa_sparse_mla_args a;
-  memset(&a, 0, sizeof a);
-  a.q = dq;
-  a.num_tokens = T;
-  a.num_heads = H;
-  a.kv_cache = dkv;
-  a.kv_format = DSA_KV_FP8_PACKED;
-  a.num_slots = S;
-  a.indices = (int32_t *)didx;
-  a.indices_stride = topk;
-  a.topk = topk;
-  a.softmax_scale = 0.0625f;
-  a.out = dout;
-  a.lse = dlse;
+  const dsa_sparse_mla_args a = mla_dev_args(dq, T, H, dkv, DSA_KV_FP8_PACKED, S, didx, topk, dout, dlse);
   dsa_mla_plan pl;
   memset(&pl, 0, sizeof pl);
   pl.kernel = DSA_MLA_KERNEL_MMA;

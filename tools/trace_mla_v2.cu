@@ -32,20 +32,7 @@ static void trace(int T, int H, int splits, const char *name) {
   CK(cudaMemcpy(dq, q, (size_t)T * H * 576 * 2, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(didx, idx, (size_t)T * topk * 4, cudaMemcpyHostToDevice));
 
-  dsa_sparse_mla_args a;
-  memset(&a, 0, sizeof a);
-  a.q = dq;
-  a.num_tokens = T;
-  a.num_heads = H;
-  a.kv_cache = dkv;
-  a.kv_format = DSA_KV_FP8_PACKED;
-  a.num_slots = S;
-  a.indices = (int32_t *)didx;
-  a.indices_stride = topk;
-  a.topk = topk;
-  a.softmax_scale = 0.0625f;
-  a.out = dout;
-  a.lse = dlse;
+  const dsa_sparse_mla_args a = mla_dev_args(dq, T, H, dkv, DSA_KV_FP8_PACKED, S, didx, topk, dout, dlse);
   dsa_mla_plan pl;
   pl.kernel = DSA_MLA_KERNEL_SM90;
   pl.mt = H <= 16 ? 1 : 2;
