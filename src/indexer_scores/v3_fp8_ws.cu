@@ -17,6 +17,11 @@
  * NS is a multiple of 4, so stage s always has the same producer warp (s % 4). Chunks of at most
  * 128 columns (64 accumulators a thread); the producers give registers to the consumers
  * (setmaxnreg 56 / 144).
+ *
+ * bf16 q (F16; DSA_INDEXER_KERNEL=v3 only until measured): q staged times a power of two into f16
+ * (exact, as v1), two K-atoms a row; a consumer warpgroup converts its tile's e4m3 keys to f16 in
+ * its own 16 KB buffer (exact), releases the stage at once, then f16 wgmma (k16, eight steps a
+ * chunk); the epilogue is the FP8 path's. 8 tokens a prefill group (q rows are 256 B).
  */
 #include <stdint.h>
 
@@ -32,18 +37,22 @@
 #define W3_NS 8               /* ring stages of one 64-key tile each */
 #define W3_PREFILL_T32 16     /* prefill tokens a CTA groups, 32 heads (four chunks of 128 columns) */
 #define W3_PREFILL_T64 8      /* 64 heads */
+#define W3_F16_PREFILL_T32 8  /* bf16 q (f16 path): q rows take twice the bytes, so half the tokens */
+#define W3_F16_PREFILL_T64 4
 static_assert(W3_NS % 4 == 0, "stage s belongs to producer warp s % 4");
 
 /* Shared memory: full[NS], empty[NS] mbarriers | the group | (aligned to 1024) q tile | NS stages |
  * wq, w, qsc [qrows]. The barriers sit first, at one offset in every instantiation, apart from
  * anything staged (moved there against a racecheck report of q stores over barriers; the report
  * persists, docs/PERF.md). */
-static size_t w3_smem_bytes(int qrows) {
-  return 2 * W3_NS * 8 + sizeof(sc_group) + 1024 + (size_t)w2_q_bytes(qrows) + (size_t)W3_NS * W2_WG_STAGE +
-         (size_t)3 * qrows * 4 + 16;
+static size_t w3_smem_bytes(int qrows, bool f16) {
+  return 2 * W3_NS * 8 + sizeof(sc_group) + 1024 + (size_t)w2_q_bytes(qrows) * (f16 ? 2 : 1) +
+         (size_t)W3_NS * W2_WG_STAGE + (f16 ? (size_t)W3_CONSUMERS * W2_F16_KEYS : 0) + (size_t)3 * qrows * 4 + 16;
 }
 
-template <int HP, int NC>
+/* F16: bf16 q on the f16 path (q staged scaled into f16, each consumer warpgroup converts its tile's
+ * e4m3 keys to f16 in its own buffer, releases the stage, then f16 wgmma); else FP8 q, e4m3 wgmma. */
+template <int HP, int NC, bool F16>
 __global__ void __launch_bounds__(W3_THREADS, 1)
     indexer_scores_v3_kernel(const dsa_scores_params p, int T, int tiles_per_cta) {
   extern __shared__ unsigned char smem_raw[];
@@ -54,13 +63,16 @@ __global__ void __launch_bounds__(W3_THREADS, 1)
   unsigned char *smem = after + ((1024 - (ptx_smem_u32(after) & 1023)) & 1023);
   const int chunks = (T * HP + NC - 1) / NC;
   const int qrows = chunks * NC;
-  unsigned char *q_tile = smem;                          /* [qrows][128] e4m3, swizzled */
-  unsigned char *stages = smem + w2_q_bytes(qrows);      /* NS x W2_WG_STAGE */
-  float *wq_smem = (float *)(stages + W3_NS * W2_WG_STAGE);
+  unsigned char *q_tile = smem; /* [qrows][128] e4m3, or F16: [2 K-atoms][qrows][128 B] f16; swizzled */
+  unsigned char *stages = smem + w2_q_bytes(qrows) * (F16 ? 2 : 1); /* NS x W2_WG_STAGE */
+  unsigned char *kbufs = stages + W3_NS * W2_WG_STAGE;               /* F16: consumers x W2_F16_KEYS */
+  float *wq_smem = (float *)(kbufs + (F16 ? W3_CONSUMERS * W2_F16_KEYS : 0));
   float *w_smem = wq_smem + qrows;
   float *qsc_smem = w_smem + qrows;
 
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  /* the warp index through a shuffle: ptxas then sees the role branches as warp-uniform (fewer
+   * registers held across them: no spills; and wgmma overlap needs it) */
+  const int tid = threadIdx.x, warp = __shfl_sync(0xffffffffu, tid >> 5, 0), lane = tid & 31;
   sc_cta cta;
   if (!sc_cta_begin(p, grp, T, W2_WG_KEYS, tiles_per_cta, &cta)) return;
   const int t0 = cta.t0, nt = cta.nt, lo = cta.lo, hi = cta.hi, tile_begin = cta.tile_begin, tile_end = cta.tile_end;
@@ -71,7 +83,10 @@ __global__ void __launch_bounds__(W3_THREADS, 1)
     ptx_mbar_init(ptx_smem_u32(&full[tid]), 64);   /* the producer warp's lanes: copies landed + flags */
     ptx_mbar_init(ptx_smem_u32(&empty[tid]), 128); /* the consumer warpgroup's threads */
   }
-  w2_stage_q<HP>(p, grp, q_tile, wq_smem, w_smem, qsc_smem, qrows, nt, t0, warp, W3_THREADS / 32, lane);
+  if constexpr (F16)
+    w2_stage_q_f16<HP>(p, grp, q_tile, wq_smem, w_smem, qsc_smem, qrows, nt, t0, warp, W3_THREADS / 32, lane);
+  else
+    w2_stage_q<HP>(p, grp, q_tile, wq_smem, w_smem, qsc_smem, qrows, nt, t0, warp, W3_THREADS / 32, lane);
   ptx_fence_proxy_async_smem(); /* q's generic stores before wgmma reads them */
   __syncthreads();              /* q, weights and the barriers' initialisation, for every role */
   const bool qscale_nonneg = grp->any_negative_qscale == 0;
@@ -111,6 +126,26 @@ __global__ void __launch_bounds__(W3_THREADS, 1)
       ptx_mbar_wait(ptx_smem_u32(&full[s]), (uint32_t)((i / W3_NS) & 1));
       ptx_fence_proxy_async_smem();
       const int x0 = (tile_begin + i) * W2_WG_KEYS;
+      if constexpr (F16) {
+        const unsigned char *st = stages + s * W2_WG_STAGE;
+        unsigned char *kbuf = kbufs + g * W2_F16_KEYS;
+        const int r0 = 16 * wi + (lane >> 2), r1 = r0 + 8;
+        const float ks0 = ((const float *)(st + W2_WG_ROWS_BYTES))[r0];
+        const float ks1 = ((const float *)(st + W2_WG_ROWS_BYTES))[r1];
+        const int ok0 = ((const int *)(st + W2_WG_ROWS_BYTES + W2_WG_KEYS * 4))[r0];
+        const int ok1 = ((const int *)(st + W2_WG_ROWS_BYTES + W2_WG_KEYS * 4))[r1];
+        const bool fast = qscale_nonneg && __all_sync(0xffffffffu, ks0 >= 0.f && ks1 >= 0.f);
+        /* named barriers 2..4, one a consumer warpgroup (1 stays free for all consumers together) */
+        ptx_bar_sync(2 + g, 128);          /* the warpgroup's wgmma on the previous tile's kbuf are done */
+        w2_keys_to_f16(st, kbuf, tid & 127);
+        ptx_fence_proxy_async_smem();      /* the f16 keys' generic stores before wgmma reads them */
+        ptx_bar_sync(2 + g, 128);          /* every warp's rows converted */
+        ptx_mbar_arrive(ptx_smem_u32(&empty[s])); /* the stage is free: rows converted, scales read */
+        if (w2_any_visible(grp, nt, x0))
+          w2_tile_scores_f16<HP, NC>(p, grp, ptx_smem_u32(kbuf), ptx_smem_u32(q_tile), qrows, wq_smem, w_smem,
+                                     qsc_smem, chunks, nt, t0, x0, ks0, ks1, ok0, ok1, fast, wi, lane);
+        continue;
+      }
       if (w2_any_visible(grp, nt, x0))
         w2_tile_scores<HP, NC>(p, grp, stages + s * W2_WG_STAGE, q_addr, wq_smem, w_smem, qsc_smem, chunks, nt, t0,
                                x0, qscale_nonneg, wi, lane);
@@ -127,16 +162,25 @@ __global__ void __launch_bounds__(W3_THREADS, 1)
   sc_fill_tail(p, grp, nt, t0, range_lo, range_hi);
 }
 
-template <int HP, int NC>
+template <int HP, int NC, bool F16>
 static cudaError_t w3_launch_t(const dsa_scores_params *p, dim3 grid, int T, int tpc, cudaStream_t stream) {
   static dsa_smem_cache cache;
   const int qrows = (T * HP + NC - 1) / NC * NC;
-  return dsa_launch_smem(indexer_scores_v3_kernel<HP, NC>, &cache, grid, W3_THREADS, w3_smem_bytes(qrows), stream,
-                         false, *p, T, tpc);
+  return dsa_launch_smem(indexer_scores_v3_kernel<HP, NC, F16>, &cache, grid, W3_THREADS, w3_smem_bytes(qrows, F16),
+                         stream, false, *p, T, tpc);
 }
 
 /* max_x <= DSA_MAX_ROW_LEN (dsa.c): tile arithmetic in the kernel stays inside int. */
-static int w3_launch(const dsa_scores_params *p, int T, int HP, int groups, int max_x, cudaStream_t stream) {
+template <bool F16>
+static int w3_launch(const dsa_scores_params *p, cudaStream_t stream) {
+  if (p->num_tokens <= 0) return 0;
+  const int HP = p->q.num_heads <= 32 ? 32 : 64;
+  int T, groups, max_x;
+  sc_token_groups(p, HP == 32 ? (F16 ? W3_F16_PREFILL_T32 : W3_PREFILL_T32) : (F16 ? W3_F16_PREFILL_T64 : W3_PREFILL_T64),
+                  &T, &groups, &max_x);
+  /* the f16 path's q rows take 256 B: more than 256 of them (a decode group of 5-8 tokens x 64 heads)
+   * would not fit beside the ring and the key buffers — v1 scores those */
+  if (F16 && T * HP > 256) return dsa_indexer_scores_v1_launch(p, stream);
   const int total_tiles = (int)(((int64_t)max_x + W2_WG_KEYS - 1) / W2_WG_KEYS);
   if (total_tiles == 0 || groups == 0) return 0;
   /* one long-lived CTA an SM (512 threads x 128 registers fill its register file; its setup and the
@@ -147,18 +191,16 @@ static int w3_launch(const dsa_scores_params *p, int T, int HP, int groups, int 
   const int n = T * HP;
   cudaError_t err;
   if (HP == 32)
-    err = n <= 32    ? w3_launch_t<32, 32>(p, grid, T, tpc, stream)
-          : n <= 64  ? w3_launch_t<32, 64>(p, grid, T, tpc, stream)
-                     : w3_launch_t<32, 128>(p, grid, T, tpc, stream);
+    err = n <= 32    ? w3_launch_t<32, 32, F16>(p, grid, T, tpc, stream)
+          : n <= 64  ? w3_launch_t<32, 64, F16>(p, grid, T, tpc, stream)
+                     : w3_launch_t<32, 128, F16>(p, grid, T, tpc, stream);
   else
-    err = n <= 64 ? w3_launch_t<64, 64>(p, grid, T, tpc, stream) : w3_launch_t<64, 128>(p, grid, T, tpc, stream);
+    err = n <= 64 ? w3_launch_t<64, 64, F16>(p, grid, T, tpc, stream)
+                  : w3_launch_t<64, 128, F16>(p, grid, T, tpc, stream);
   return (int)err;
 }
 
+/* FP8 q: e4m3 wgmma; bf16 q: the f16 path. */
 extern "C" int dsa_indexer_scores_v3_launch(const dsa_scores_params *p, cudaStream_t stream) {
-  if (p->num_tokens <= 0) return 0;
-  const int HP = p->q.num_heads <= 32 ? 32 : 64;
-  int T, groups, max_x;
-  sc_token_groups(p, HP == 32 ? W3_PREFILL_T32 : W3_PREFILL_T64, &T, &groups, &max_x);
-  return w3_launch(p, T, HP, groups, max_x, stream);
+  return p->q.q_dtype == DSA_DTYPE_FP8_E4M3 ? w3_launch<false>(p, stream) : w3_launch<true>(p, stream);
 }
