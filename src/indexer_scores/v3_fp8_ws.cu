@@ -13,8 +13,9 @@
  *   consumers  warpgroups 1-3 take every third tile (two epilogues overlap the third's wgmma; with
  *              two, a warp's epilogue — latency-bound, ~0.2 IPC a warp — left the tensor pipe idle
  *              most of the time): wait `full`, scores (w2_tile_scores), arrive on the stage's
- *              `empty` barrier (128 arrivals, whichever warpgroup consumed it).
- * NS is a multiple of 4, so stage s always has the same producer warp (s % 4). Chunks of at most
+ *              `empty` barrier (128 arrivals).
+ * NS is a multiple of 4 and of 3, so stage s always has the same producer warp (s % 4) and consumer
+ * warpgroup (s % 3): a parity wait is then never two phases ahead (W3_NS below). Chunks of at most
  * 128 columns (64 accumulators a thread); the producers give registers to the consumers
  * (setmaxnreg 56 / 144).
  *
@@ -34,12 +35,18 @@
 
 #define W3_CONSUMERS 3         /* consumer warpgroups */
 #define W3_THREADS (128 * (1 + W3_CONSUMERS))
-#define W3_NS 8               /* ring stages of one 64-key tile each */
+#define W3_NS 12              /* ring stages of one 64-key tile each */
 #define W3_PREFILL_T32 16     /* prefill tokens a CTA groups, 32 heads (four chunks of 128 columns) */
 #define W3_PREFILL_T64 8      /* 64 heads */
 #define W3_F16_PREFILL_T32 8  /* bf16 q (f16 path): q rows take twice the bytes, so half the tokens */
 #define W3_F16_PREFILL_T64 4
-static_assert(W3_NS % 4 == 0, "stage s belongs to producer warp s % 4");
+/* A stage always has the same producer warp and the same consumer warpgroup. Waits use a phase's
+ * parity, which only names the current phase or the one before it: whoever waits for stage s's round
+ * r must itself have seen round r - 1 through (else it can pass on round r - 2's parity while round
+ * r - 1 is still unfilled — with 8 stages and three consumers a consumer met a stage last used by
+ * another warpgroup, and a lagging producer warp let it read a stale stage: decode runs, whose fast
+ * consumers wait on `full`, failed with error 719). */
+static_assert(W3_NS % 4 == 0 && W3_NS % W3_CONSUMERS == 0, "stage s: producer warp s % 4, consumer s % 3");
 
 /* Shared memory: full[NS], empty[NS] mbarriers | the group | (aligned to 1024) q tile | NS stages |
  * wq, w, qsc [qrows]. The barriers sit first, at one offset in every instantiation, apart from
