@@ -331,8 +331,8 @@ static void rows_from_prefill(dsa_rows *r, const dsa_indexer_prefill_args *a, in
   r->page_size = a->cache.page_size;
 }
 
-/* DSA_INDEXER_KERNEL=v1 / v2 / v3 forces a scorer (v2 / v3: FP8 q only) instead of the default (v3 for
- * FP8-q prefill, v1 otherwise: indexer_scores/launch.cu); comparisons and tests. */
+/* DSA_INDEXER_KERNEL=v1 / v2 / v3 forces a scorer (v2: FP8 q only) instead of the default (v3 for
+ * prefill, v1 otherwise: indexer_scores/launch.cu); comparisons and tests. */
 static int indexer_kernel_forced(void) {
   const char *e = getenv("DSA_INDEXER_KERNEL");
   if (e && strcmp(e, "v1") == 0) return 1;
@@ -345,7 +345,9 @@ static int indexer_kernel_forced(void) {
 /* DSA_TOPK_CLUSTER=0 keeps few long rows off the one-cluster-a-row top-k (tests of the other paths). */
 static int topk_cluster_allowed(void) {
   const char *e = getenv("DSA_TOPK_CLUSTER");
-  return !(e && strcmp(e, "0") == 0);
+  if (!e) return 1;
+  const int n = atoi(e); /* 0: off; N: clusters for up to N x SMs CTAs (default 1; a tuning knob) */
+  return n < 0 ? 0 : n > 64 ? 64 : n;
 }
 
 /* Scores + top-k over num_tokens tokens in chunks of plan.chunk. */

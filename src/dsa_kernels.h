@@ -126,9 +126,10 @@ typedef struct {
   int64_t scores_stride;
   int fill_tail;           /* 1: positions [L, rows.max_len) of every row get -inf (the scores-only
                               calls); 0: only [0, L) is written (the indexer's own workspace) */
-  int kernel;              /* 0: the library's choice (v3 for FP8-q prefill, else v1); 1: v1 (mma.sync);
-                              2: v2 (FP8 wgmma); 3: v3 (FP8 wgmma, warp-specialised); 5: v3 with decode
-                              pages by TMA (v3t); v2 / v3 / v3t FP8 q only (DSA_INDEXER_KERNEL) */
+  int kernel;              /* 0: the library's choice (v3 for prefill, else v1); 1: v1 (mma.sync);
+                              2: v2 (FP8 wgmma, FP8 q only); 3: v3 (wgmma, warp-specialised: e4m3 for
+                              FP8 q, f16 for bf16 q); 5: v3 with decode pages by TMA (v3t)
+                              (DSA_INDEXER_KERNEL) */
 } dsa_scores_params;
 int dsa_indexer_scores_launch(const dsa_scores_params *p, cudaStream_t stream);
 int dsa_indexer_scores_v1_launch(const dsa_scores_params *p, cudaStream_t stream);
@@ -146,7 +147,8 @@ typedef struct {
   int32_t *out;            /* row of launch-token i at out + i * topk */
   int32_t *out_lens;       /* may be NULL; indexed like out */
   int num_sms;             /* of the current device: few long rows go to one cluster each */
-  int allow_cluster;       /* 0: never the cluster path (DSA_TOPK_CLUSTER=0, tests of the chain) */
+  int allow_cluster;       /* 0: never the cluster path (DSA_TOPK_CLUSTER=0, tests of the chain);
+                              N >= 1: clusters while rows x C <= N x SMs (DSA_TOPK_CLUSTER=N, default 1) */
 } dsa_topk_params;
 /* workspace: dsa_topk_ws_layout(num_tokens).total bytes. */
 int dsa_topk_launch(const dsa_topk_params *p, void *workspace, cudaStream_t stream);

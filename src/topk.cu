@@ -739,7 +739,10 @@ extern "C" int dsa_topk_launch(const dsa_topk_params *p, void *workspace, cudaSt
   int C = 1;
   while (C < TKS_MAX_CTAS && (max_len + C - 1) / C > TKS_SLICE) C *= 2;
   const int sms = p->num_sms > 0 ? p->num_sms : 132;
-  if (p->allow_cluster && (max_len + C - 1) / C <= TKS_SLICE && (int64_t)rows * C <= sms) {
+  /* rows x C <= allow_cluster x SMs: more clusters than the SMs hold at once run in waves (a
+   * cluster only needs its own C CTAs resident); which budget beats the chain is measured */
+  if (p->allow_cluster && (max_len + C - 1) / C <= TKS_SLICE &&
+      (int64_t)rows * C <= (int64_t)sms * p->allow_cluster) {
     const cudaError_t err = tks_launch(p, C, stream);
     if (err != cudaErrorInvalidClusterSize) return (int)err;
     (void)cudaGetLastError(); /* a device that cannot form the clusters: the paths below */

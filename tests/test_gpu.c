@@ -1753,6 +1753,14 @@ static const decode_case k_decode_cases[] = {
      .topk = 512, .n = 1, .page_size = 64, .nreq = 24, .rand_len_max = 6000, .seed = 106},
     {.name = "indexer decode H64 bf16-q f32-w topk1024 n2", .H = 64, .topk = 1024, .n = 2, .page_size = 64,
      .nreq = 3, .seq_lens = {1025, 1500, 40000}, .check_scores = 1, .seed = 107},
+    /* MTP 8 at 64 heads (the widest decode group: 512 q rows), lengths around topk: request 0's
+     * tokens see 2041..2048 positions (all selected, nothing scored), request 1's 2042..2049 (its
+     * last token one above topk), request 2's 2049..2056, request 4's 0..7. */
+    {.name = "indexer decode H64 fp8-q f32-w topk2048 n8 (MTP 8), L around topk", .H = 64, .q_fp8 = 1,
+     .topk = 2048, .n = 8, .page_size = 64, .nreq = 5, .seq_lens = {2048, 2049, 2056, 20000, 7},
+     .check_scores = 1, .check_determinism = 1, .seed = 109},
+    {.name = "indexer decode H64 bf16-q bf16-w topk2048 n8 (MTP 8)", .H = 64, .w_bf16 = 1, .topk = 2048, .n = 8,
+     .page_size = 64, .nreq = 3, .seq_lens = {9000, 2055, 33000}, .check_scores = 1, .seed = 110},
     /* Rows longer than the one-CTA top-k limit (128k): the histogram / filter / resolve chain. */
     {.name = "indexer decode H32 fp8-q f32-w topk2048 n1 long rows (multi-CTA top-k)", .H = 32, .q_fp8 = 1,
      .topk = 2048, .n = 1, .page_size = 64, .nreq = 3, .seq_lens = {140000, 3000, 135000}, .bad_pages = 1,
@@ -1772,6 +1780,13 @@ static const prefill_case k_prefill_cases[] = {
      .topk = 512, .W = 12000, .n_causal = 6, .causal_end = 12000, .n_extra = 5,
      .xs = {100, 50, 3000, 11990, 0}, .xe = {612, 60, 3513, 12500, 0},
      .n_bad = 3, .bad_rows = {55, 5000, 11995}, .seed = 202},
+    /* Several of the FP8 scorer's 16-token groups (40 causal tokens + extras), and 64 heads with bf16 q. */
+    {.name = "indexer prefill H32 fp8-q f32-w topk2048 40 causal tokens (three token groups)", .H = 32, .q_fp8 = 1,
+     .topk = 2048, .W = 30000, .n_causal = 40, .causal_end = 30000, .n_extra = 3, .xs = {0, 2000, 29000},
+     .xe = {2049, 2000, 30000}, .n_bad = 2, .bad_rows = {10, 25000}, .seed = 205},
+    {.name = "indexer prefill H64 bf16-q f32-w topk2048 12 causal tokens", .H = 64, .topk = 2048, .W = 20000,
+     .n_causal = 12, .causal_end = 20000, .n_extra = 2, .xs = {100, 19000}, .xe = {2149, 20000}, .n_bad = 1,
+     .bad_rows = {4000}, .seed = 206},
     {.name = "indexer prefill H8 bf16-q bf16-w topk100 chunk of 64 tokens, exact max_rows", .H = 8, .w_bf16 = 1,
      .topk = 100, .W = 1600, .n_causal = 64, .causal_end = 1500, .n_extra = 2, .xs = {10, 1550},
      .xe = {110, 1650}, .n_bad = 2, .bad_rows = {20, 700}, .exact_max_rows = 1, .seed = 203},

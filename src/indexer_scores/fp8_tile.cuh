@@ -6,6 +6,7 @@
  */
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdint.h>
 
 #include "dsa_kernels.h"
@@ -109,6 +110,112 @@ static __device__ __forceinline__ void w2_stage_q(const dsa_scores_params &p, sc
       }
     }
   }
+}
+
+/* ---- the f16 path (bf16 q): keys e4m3 -> f16 and q bf16 -> f16, both exact, f16 wgmma ---- */
+#define W2_F16_ATOM 8192 /* one 64-element K-atom of a 64-key tile: 64 rows x 128 B */
+#define W2_F16_KEYS (2 * W2_F16_ATOM) /* a tile's keys in f16: two K-atoms */
+
+/* bf16 q rows for the f16 scorer: row n's 128 values times 2^e (amax x 2^e in (2^13, 2^14], as v1:
+ * f16 then holds every bf16 value of the row exactly), as two K-atoms [2][qrows][128 B], 128-byte
+ * swizzled; qsc = 2^-e undoes it after the dot product. Weights as w2_stage_q. W2_QBATCH rows'
+ * loads in flight a warp. */
+template <int HP>
+static __device__ __forceinline__ void w2_stage_q_f16(const dsa_scores_params &p, sc_group *grp, unsigned char *q_tile,
+                                                      float *wq_smem, float *w_smem, float *qsc_smem, int qrows,
+                                                      int nt, int t0, int warp, int nwarps, int lane) {
+  const int H = p.q.num_heads;
+  for (int n0 = warp; n0 < qrows; n0 += W2_QBATCH * nwarps) {
+    uint2 raw[W2_QBATCH];
+    float w[W2_QBATCH];
+    bool live[W2_QBATCH];
+#pragma unroll
+    for (int u = 0; u < W2_QBATCH; u++) {
+      const int n = n0 + u * nwarps;
+      const int ti = n / HP, h = n % HP;
+      const int ta = p.rows.token_begin + t0 + ti;
+      live[u] = n < qrows && ti < nt && h < H && grp->len[ti] > 0;
+      raw[u] = make_uint2(0u, 0u);
+      w[u] = 0.f;
+      if (live[u]) {
+        const long long row = (long long)ta * H + h;
+        raw[u] = *(const uint2 *)((const __nv_bfloat16 *)p.q.q + row * DSA_INDEX_HEAD_DIM + lane * 4);
+        const long long woff = (long long)ta * p.q.weights_stride + h;
+        w[u] = (p.q.weights_dtype == DSA_DTYPE_F32 ? ((const float *)p.q.weights)[woff]
+                                                   : __bfloat162float(((const __nv_bfloat16 *)p.q.weights)[woff])) *
+               p.q.softmax_scale;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < W2_QBATCH; u++) {
+      const int n = n0 + u * nwarps;
+      if (n >= qrows) break;
+      float v[4] = {__uint_as_float(raw[u].x << 16), __uint_as_float(raw[u].x & 0xffff0000u),
+                    __uint_as_float(raw[u].y << 16), __uint_as_float(raw[u].y & 0xffff0000u)};
+      float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+      int e = 0;
+      if (amax > 0.f && isfinite(amax)) {
+        int ex;
+        frexpf(amax, &ex); /* amax = f * 2^ex, f in [0.5, 1) */
+        e = min(max(14 - ex, -126), 100); /* keep 2^-e a finite, non-zero float */
+      }
+      const __half2 h01 = __floats2half2_rn(ldexpf(v[0], e), ldexpf(v[1], e));
+      const __half2 h23 = __floats2half2_rn(ldexpf(v[2], e), ldexpf(v[3], e));
+      uint2 packed;
+      packed.x = *(const uint32_t *)&h01;
+      packed.y = *(const uint32_t *)&h23;
+      /* dims 4 lane ..: K-atom lane / 16, 16-byte chunk (lane % 16) / 2, half lane % 2 */
+      *(uint2 *)(q_tile + (size_t)(lane >> 4) * qrows * W2_ROW + n * W2_ROW + ((((lane & 15) >> 1) ^ (n & 7)) << 4) +
+                 (lane & 1) * 8) = packed;
+      if (lane == 0) {
+        const float qscale = live[u] ? ldexpf(1.f, -e) : 1.f;
+        wq_smem[n] = w[u] * qscale;
+        w_smem[n] = w[u];
+        qsc_smem[n] = qscale;
+      }
+    }
+  }
+}
+
+/* A stage's 64 e4m3 key rows -> f16 in buf ([2 K-atoms][64 rows][128 B], 128-byte swizzled: what the
+ * f16 wgmma reads K-major), exact. Thread tw of the warpgroup (0..127): row tw / 2, K-atom tw % 2 —
+ * its four 16-byte e4m3 chunks become eight f16 chunks. The caller fences (proxy) and syncs the
+ * warpgroup before the wgmma. */
+static __device__ __forceinline__ void w2_keys_to_f16(const unsigned char *st, unsigned char *buf, int tw) {
+  const int R = tw >> 1, atom = tw & 1;
+  unsigned char *row = buf + atom * W2_F16_ATOM + R * W2_ROW;
+#pragma unroll
+  for (int cc = 0; cc < 4; cc++) {
+    const int c = atom * 4 + cc; /* e4m3 chunk: dims 16 c .. 16 c + 15 */
+    const uint4 v = *(const uint4 *)(st + R * W2_ROW + ((c ^ (R & 7)) << 4));
+    uint4 lo, hi;
+    ptx_e4m3x4_to_f16x2x2(v.x, lo.x, lo.y);
+    ptx_e4m3x4_to_f16x2x2(v.y, lo.z, lo.w);
+    ptx_e4m3x4_to_f16x2x2(v.z, hi.x, hi.y);
+    ptx_e4m3x4_to_f16x2x2(v.w, hi.z, hi.w);
+    *(uint4 *)(row + (((2 * cc) ^ (R & 7)) << 4)) = lo;
+    *(uint4 *)(row + (((2 * cc + 1) ^ (R & 7)) << 4)) = hi;
+  }
+}
+
+/* Chunk chk's D[64 keys, NC columns] on the f16 path: eight k16 steps over the two K-atoms of the
+ * keys (kbuf) and of q (atoms qrows x 128 B apart), one commit group; the first step overwrites
+ * acc. */
+template <int NC>
+static __device__ __forceinline__ void w2_chunk_mma_f16(float (&acc)[NC / 2], uint32_t kbuf, uint32_t q_addr, int qrows,
+                                                        int chk) {
+  ptx_wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 8; kk++) {
+    const uint32_t off = (uint32_t)(kk & 3) * 32, atom = (uint32_t)(kk >> 2);
+    const uint64_t da = ptx_wgmma_desc_sw128(kbuf + atom * W2_F16_ATOM + off, 16, 1024);
+    const uint64_t db =
+        ptx_wgmma_desc_sw128(q_addr + atom * (uint32_t)qrows * W2_ROW + (uint32_t)chk * NC * W2_ROW + off, 16, 1024);
+    ptx_wgmma_k16_f16<NC>(acc, da, db, kk > 0);
+  }
+  ptx_wgmma_commit();
 }
 
 /* Does any token of the group see one of the 64 keys from x0? (warpgroup-uniform) */
@@ -233,6 +340,33 @@ static __device__ __forceinline__ void w2_tile_scores(const dsa_scores_params &p
       ptx_wgmma_k32_e4m3<NC>(acc, da, db, ks > 0);
     }
     ptx_wgmma_commit();
+    ptx_wgmma_wait<0>();
+    ptx_reg_fence(acc);
+    if (fast)
+      w2_chunk_epilogue<HP, NC, true>(p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0, ok1, r0,
+                                      r1, c);
+    else
+      w2_chunk_epilogue<HP, NC, false>(p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0, ok1,
+                                       r0, r1, c);
+  }
+}
+
+/* One warpgroup's scores of a 64-key tile on the f16 path, its keys already in kbuf (f16) and its
+ * k-scales / validity flags read from the stage beforehand (ks0, ks1, ok0, ok1: the stage may be
+ * refilled by now); the rest as w2_tile_scores. */
+template <int HP, int NC>
+static __device__ __forceinline__ void w2_tile_scores_f16(const dsa_scores_params &p, const sc_group *grp,
+                                                          uint32_t kbuf, uint32_t q_addr, int qrows,
+                                                          const float *wq_smem, const float *w_smem,
+                                                          const float *qsc_smem, int chunks, int nt, int t0, int x0,
+                                                          float ks0, float ks1, int ok0, int ok1, bool fast, int wi,
+                                                          int lane) {
+  static_assert(NC >= HP && NC % HP == 0 && NC <= 256, "a chunk holds whole tokens");
+  const int c = lane & 3, rq = lane >> 2;
+  const int r0 = 16 * wi + rq, r1 = r0 + 8;
+  for (int chk = 0; chk < chunks; chk++) {
+    float acc[NC / 2];
+    w2_chunk_mma_f16<NC>(acc, kbuf, q_addr, qrows, chk);
     ptx_wgmma_wait<0>();
     ptx_reg_fence(acc);
     if (fast)

@@ -13,10 +13,16 @@
  *   consumers  warpgroups 1-3 take every third tile (two epilogues overlap the third's wgmma; with
  *              two, a warp's epilogue — latency-bound, ~0.2 IPC a warp — left the tensor pipe idle
  *              most of the time): wait `full`, scores (w2_tile_scores), arrive on the stage's
- *              `empty` barrier (128 arrivals, whichever warpgroup consumed it).
- * NS is a multiple of 4, so stage s always has the same producer warp (s % 4). Chunks of at most
+ *              `empty` barrier (128 arrivals).
+ * NS is a multiple of 4 and of 3, so stage s always has the same producer warp (s % 4) and consumer
+ * warpgroup (s % 3): a parity wait is then never two phases ahead (W3_NS below). Chunks of at most
  * 128 columns (64 accumulators a thread); the producers give registers to the consumers
  * (setmaxnreg 56 / 144).
+ *
+ * bf16 q (F16; the bf16-q prefill default: 1.29 ms at 1M against v1's 1.96): q staged times a
+ * power of two into f16 (exact, as v1), two K-atoms a row; a consumer warpgroup converts its tile's e4m3 keys to f16 in
+ * its own 16 KB buffer (exact), releases the stage at once, then f16 wgmma (k16, eight steps a
+ * chunk); the epilogue is the FP8 path's. 8 tokens a prefill group (q rows are 256 B).
  */
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -32,26 +38,37 @@
 
 #define W3_CONSUMERS 3         /* consumer warpgroups */
 #define W3_THREADS (128 * (1 + W3_CONSUMERS))
-#define W3_NS 8               /* ring stages of one 64-key tile each */
+#define W3_NS 12              /* ring stages of one 64-key tile each */
 #define W3_PREFILL_T32 16     /* prefill tokens a CTA groups, 32 heads (four chunks of 128 columns) */
 #define W3_PREFILL_T64 8      /* 64 heads */
-static_assert(W3_NS % 4 == 0, "stage s belongs to producer warp s % 4");
+#define W3_F16_PREFILL_T32 8  /* bf16 q (f16 path): q rows take twice the bytes, so half the tokens */
+#define W3_F16_PREFILL_T64 4
+/* A stage always has the same producer warp and the same consumer warpgroup. Waits use a phase's
+ * parity, which only names the current phase or the one before it: whoever waits for stage s's round
+ * r must itself have seen round r - 1 through (else it can pass on round r - 2's parity while round
+ * r - 1 is still unfilled — with 8 stages and three consumers a consumer met a stage last used by
+ * another warpgroup, and a lagging producer warp let it read a stale stage: decode runs, whose fast
+ * consumers wait on `full`, failed with error 719). */
+static_assert(W3_NS % 4 == 0 && W3_NS % W3_CONSUMERS == 0, "stage s: producer warp s % 4, consumer s % 3");
 
 /* Shared memory: full[NS], empty[NS] mbarriers | the group | (aligned to 1024) q tile | NS stages |
  * wq, w, qsc [qrows]. The barriers sit first, at one offset in every instantiation, apart from
  * anything staged (moved there against a racecheck report of q stores over barriers; the report
  * persists, docs/PERF.md). */
-static size_t w3_smem_bytes(int qrows) {
-  return 2 * W3_NS * 8 + sizeof(sc_group) + 1024 + (size_t)w2_q_bytes(qrows) + (size_t)W3_NS * W2_WG_STAGE +
-         (size_t)3 * qrows * 4 + 16;
+static size_t w3_smem_bytes(int qrows, bool f16) {
+  return 2 * W3_NS * 8 + sizeof(sc_group) + 1024 + (size_t)w2_q_bytes(qrows) * (f16 ? 2 : 1) +
+         (size_t)W3_NS * W2_WG_STAGE + (f16 ? (size_t)W3_CONSUMERS * W2_F16_KEYS : 0) + (size_t)3 * qrows * 4 + 16;
 }
 
-/* TMA (decode, page size 64: a tile is one page): the producer's lane 0 moves a page with one TMA
- * tensor load (kmap: [pages][64 rows][128 B], 128-byte swizzle — the layout wgmma reads) and its
- * 256 B of scales with one bulk copy, both completing the stage's `full` transaction count; a bad
- * page id loads an out-of-bounds box (zeros) and flags its keys invalid. Else cp.async per row. */
-template <int HP, int NC, bool TMA>
-__global__ void __launch_bounds__(W3_THREADS, NC <= 32 ? 2 : 1)
+/* F16: bf16 q on the f16 path (q staged scaled into f16, each consumer warpgroup converts its tile's
+ * e4m3 keys to f16 in its own buffer, releases the stage, then f16 wgmma); else FP8 q, e4m3 wgmma.
+ * TMA (decode, FP8 q, page size 64: a tile is one page; DSA_INDEXER_KERNEL=v3t): the producer warp's
+ * lane 0 moves a page with one TMA tensor load (kmap: [pages][64 rows][128 B], 128-byte swizzle —
+ * the layout wgmma reads) and its 256 B of scales with one bulk copy, both completing the stage's
+ * `full` transaction count; a bad page id loads an out-of-bounds box (zeros) and flags its keys
+ * invalid. Else cp.async per 16 bytes, every lane. */
+template <int HP, int NC, bool F16, bool TMA>
+__global__ void __launch_bounds__(W3_THREADS, 1)
     indexer_scores_v3_kernel(const dsa_scores_params p, int T, int tiles_per_cta,
                              const __grid_constant__ CUtensorMap kmap) {
   extern __shared__ unsigned char smem_raw[];
@@ -62,13 +79,16 @@ __global__ void __launch_bounds__(W3_THREADS, NC <= 32 ? 2 : 1)
   unsigned char *smem = after + ((1024 - (ptx_smem_u32(after) & 1023)) & 1023);
   const int chunks = (T * HP + NC - 1) / NC;
   const int qrows = chunks * NC;
-  unsigned char *q_tile = smem;                          /* [qrows][128] e4m3, swizzled */
-  unsigned char *stages = smem + w2_q_bytes(qrows);      /* NS x W2_WG_STAGE */
-  float *wq_smem = (float *)(stages + W3_NS * W2_WG_STAGE);
+  unsigned char *q_tile = smem; /* [qrows][128] e4m3, or F16: [2 K-atoms][qrows][128 B] f16; swizzled */
+  unsigned char *stages = smem + w2_q_bytes(qrows) * (F16 ? 2 : 1); /* NS x W2_WG_STAGE */
+  unsigned char *kbufs = stages + W3_NS * W2_WG_STAGE;               /* F16: consumers x W2_F16_KEYS */
+  float *wq_smem = (float *)(kbufs + (F16 ? W3_CONSUMERS * W2_F16_KEYS : 0));
   float *w_smem = wq_smem + qrows;
   float *qsc_smem = w_smem + qrows;
 
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  /* the warp index through a shuffle: ptxas then sees the role branches as warp-uniform (fewer
+   * registers held across them: no spills; and wgmma overlap needs it) */
+  const int tid = threadIdx.x, warp = __shfl_sync(0xffffffffu, tid >> 5, 0), lane = tid & 31;
   sc_cta cta;
   if (!sc_cta_begin(p, grp, T, W2_WG_KEYS, tiles_per_cta, &cta)) return;
   const int t0 = cta.t0, nt = cta.nt, lo = cta.lo, hi = cta.hi, tile_begin = cta.tile_begin, tile_end = cta.tile_end;
@@ -80,15 +100,17 @@ __global__ void __launch_bounds__(W3_THREADS, NC <= 32 ? 2 : 1)
     ptx_mbar_init(ptx_smem_u32(&full[tid]), TMA ? 33 : 64);
     ptx_mbar_init(ptx_smem_u32(&empty[tid]), 128); /* the consumer warpgroup's threads */
   }
-  w2_stage_q<HP>(p, grp, q_tile, wq_smem, w_smem, qsc_smem, qrows, nt, t0, warp, W3_THREADS / 32, lane);
+  if constexpr (F16)
+    w2_stage_q_f16<HP>(p, grp, q_tile, wq_smem, w_smem, qsc_smem, qrows, nt, t0, warp, W3_THREADS / 32, lane);
+  else
+    w2_stage_q<HP>(p, grp, q_tile, wq_smem, w_smem, qsc_smem, qrows, nt, t0, warp, W3_THREADS / 32, lane);
   ptx_fence_proxy_async_smem(); /* q's generic stores before wgmma reads them */
   __syncthreads();              /* q, weights and the barriers' initialisation, for every role */
   const bool qscale_nonneg = grp->any_negative_qscale == 0;
 
   if (warp < 4) {
     /* ---- producer warp `warp`: tiles warp, warp + 4, ... ---- */
-    /* two CTAs an SM at 32 columns (decode, one token): 64 registers each, no exchange */
-    if constexpr (NC > 32) ptx_setmaxnreg_dec<56>();
+    ptx_setmaxnreg_dec<56>();
     if constexpr (TMA) {
       /* the page of this warp's next tile, looked up a tile ahead by lane 0 */
       long long page = lane == 0 && warp < ntiles ? rows_key_raw(p.rows, t0, (tile_begin + warp) * W2_WG_KEYS) : -1;
@@ -142,7 +164,7 @@ __global__ void __launch_bounds__(W3_THREADS, NC <= 32 ? 2 : 1)
     }
   } else {
     /* ---- consumer warpgroup g: tiles g, g + 3, ... ---- */
-    if constexpr (NC > 32) ptx_setmaxnreg_inc<144>();
+    ptx_setmaxnreg_inc<144>();
     const int g = (warp >> 2) - 1, wi = warp & 3;
     const uint32_t q_addr = ptx_smem_u32(q_tile);
     for (int i = g; i < ntiles; i += W3_CONSUMERS) {
@@ -150,6 +172,26 @@ __global__ void __launch_bounds__(W3_THREADS, NC <= 32 ? 2 : 1)
       ptx_mbar_wait(ptx_smem_u32(&full[s]), (uint32_t)((i / W3_NS) & 1));
       ptx_fence_proxy_async_smem();
       const int x0 = (tile_begin + i) * W2_WG_KEYS;
+      if constexpr (F16) {
+        const unsigned char *st = stages + s * W2_WG_STAGE;
+        unsigned char *kbuf = kbufs + g * W2_F16_KEYS;
+        const int r0 = 16 * wi + (lane >> 2), r1 = r0 + 8;
+        const float ks0 = ((const float *)(st + W2_WG_ROWS_BYTES))[r0];
+        const float ks1 = ((const float *)(st + W2_WG_ROWS_BYTES))[r1];
+        const int ok0 = ((const int *)(st + W2_WG_ROWS_BYTES + W2_WG_KEYS * 4))[r0];
+        const int ok1 = ((const int *)(st + W2_WG_ROWS_BYTES + W2_WG_KEYS * 4))[r1];
+        const bool fast = qscale_nonneg && __all_sync(0xffffffffu, ks0 >= 0.f && ks1 >= 0.f);
+        /* named barriers 2..4, one a consumer warpgroup (1 stays free for all consumers together) */
+        ptx_bar_sync(2 + g, 128);          /* the warpgroup's wgmma on the previous tile's kbuf are done */
+        w2_keys_to_f16(st, kbuf, tid & 127);
+        ptx_fence_proxy_async_smem();      /* the f16 keys' generic stores before wgmma reads them */
+        ptx_bar_sync(2 + g, 128);          /* every warp's rows converted */
+        ptx_mbar_arrive(ptx_smem_u32(&empty[s])); /* the stage is free: rows converted, scales read */
+        if (w2_any_visible(grp, nt, x0))
+          w2_tile_scores_f16<HP, NC>(p, grp, ptx_smem_u32(kbuf), ptx_smem_u32(q_tile), qrows, wq_smem, w_smem,
+                                     qsc_smem, chunks, nt, t0, x0, ks0, ks1, ok0, ok1, fast, wi, lane);
+        continue;
+      }
       if (w2_any_visible(grp, nt, x0))
         w2_tile_scores<HP, NC>(p, grp, stages + s * W2_WG_STAGE, q_addr, wq_smem, w_smem, qsc_smem, chunks, nt, t0,
                                x0, qscale_nonneg, wi, lane);
@@ -166,13 +208,13 @@ __global__ void __launch_bounds__(W3_THREADS, NC <= 32 ? 2 : 1)
   sc_fill_tail(p, grp, nt, t0, range_lo, range_hi);
 }
 
-template <int HP, int NC, bool TMA>
+template <int HP, int NC, bool F16, bool TMA>
 static cudaError_t w3_launch_t(const dsa_scores_params *p, dim3 grid, int T, int tpc, const CUtensorMap &kmap,
                                cudaStream_t stream) {
   static dsa_smem_cache cache;
   const int qrows = (T * HP + NC - 1) / NC * NC;
-  return dsa_launch_smem(indexer_scores_v3_kernel<HP, NC, TMA>, &cache, grid, W3_THREADS, w3_smem_bytes(qrows), stream,
-                         false, *p, T, tpc, kmap);
+  return dsa_launch_smem(indexer_scores_v3_kernel<HP, NC, F16, TMA>, &cache, grid, W3_THREADS,
+                         w3_smem_bytes(qrows, F16), stream, false, *p, T, tpc, kmap);
 }
 
 /* The index-K cache as a TMA tensor map for decode with 64-key pages: dims (128 B, 64 rows, pages),
@@ -201,48 +243,49 @@ static bool w3_key_map(const dsa_scores_params *p, CUtensorMap *map) {
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-/* max_x <= DSA_MAX_ROW_LEN (dsa.c): tile arithmetic in the kernel stays inside int. */
-template <bool TMA>
-static int w3_launch(const dsa_scores_params *p, int T, int HP, int groups, int max_x, const CUtensorMap &kmap,
-                     cudaStream_t stream) {
+/* max_x <= DSA_MAX_ROW_LEN (dsa.c): tile arithmetic in the kernel stays inside int. kmap: TMA only. */
+template <bool F16, bool TMA>
+static int w3_launch(const dsa_scores_params *p, const CUtensorMap &kmap, cudaStream_t stream) {
+  if (p->num_tokens <= 0) return 0;
+  const int HP = p->q.num_heads <= 32 ? 32 : 64;
+  int T, groups, max_x;
+  sc_token_groups(p, HP == 32 ? (F16 ? W3_F16_PREFILL_T32 : W3_PREFILL_T32) : (F16 ? W3_F16_PREFILL_T64 : W3_PREFILL_T64),
+                  &T, &groups, &max_x);
+  /* the f16 path's q rows take 256 B: more than 256 of them (a decode group of 5-8 tokens x 64 heads)
+   * would not fit beside the ring and the key buffers — v1 scores those */
+  if (F16 && T * HP > 256) return dsa_indexer_scores_v1_launch(p, stream);
   const int total_tiles = (int)(((int64_t)max_x + W2_WG_KEYS - 1) / W2_WG_KEYS);
   if (total_tiles == 0 || groups == 0) return 0;
   /* one long-lived CTA an SM (512 threads x 128 registers fill its register file; its setup and the
    * ring's first fill paid once) */
-  /* one CTA an SM; two at 32 columns (one decode token: 64 registers a thread suffice, and a batch's
-   * groups fill the SMs in fewer, fuller waves) */
-  const long long want = (long long)(p->num_sms > 0 ? p->num_sms : 132) * (T * HP <= 32 ? 2 : 1);
+  const long long want = (long long)(p->num_sms > 0 ? p->num_sms : 132);
   int tpc;
   const dim3 grid = sc_grid(total_tiles, groups, want, 512, &tpc);
   const int n = T * HP;
   cudaError_t err;
   if (HP == 32)
-    err = n <= 32    ? w3_launch_t<32, 32, TMA>(p, grid, T, tpc, kmap, stream)
-          : n <= 64  ? w3_launch_t<32, 64, TMA>(p, grid, T, tpc, kmap, stream)
-                     : w3_launch_t<32, 128, TMA>(p, grid, T, tpc, kmap, stream);
+    err = n <= 32    ? w3_launch_t<32, 32, F16, TMA>(p, grid, T, tpc, kmap, stream)
+          : n <= 64  ? w3_launch_t<32, 64, F16, TMA>(p, grid, T, tpc, kmap, stream)
+                     : w3_launch_t<32, 128, F16, TMA>(p, grid, T, tpc, kmap, stream);
   else
-    err = n <= 64 ? w3_launch_t<64, 64, TMA>(p, grid, T, tpc, kmap, stream)
-                  : w3_launch_t<64, 128, TMA>(p, grid, T, tpc, kmap, stream);
+    err = n <= 64 ? w3_launch_t<64, 64, F16, TMA>(p, grid, T, tpc, kmap, stream)
+                  : w3_launch_t<64, 128, F16, TMA>(p, grid, T, tpc, kmap, stream);
   return (int)err;
 }
 
-/* tma: decode's pages by TMA where the cache allows (DSA_INDEXER_KERNEL=v3t); else cp.async. */
-static int w3_dispatch(const dsa_scores_params *p, bool tma, cudaStream_t stream) {
-  if (p->num_tokens <= 0) return 0;
-  const int HP = p->q.num_heads <= 32 ? 32 : 64;
-  int T, groups, max_x;
-  sc_token_groups(p, HP == 32 ? W3_PREFILL_T32 : W3_PREFILL_T64, &T, &groups, &max_x);
+/* FP8 q: e4m3 wgmma; bf16 q: the f16 path. */
+extern "C" int dsa_indexer_scores_v3_launch(const dsa_scores_params *p, cudaStream_t stream) {
+  CUtensorMap none;
+  memset(&none, 0, sizeof none);
+  return p->q.q_dtype == DSA_DTYPE_FP8_E4M3 ? w3_launch<false, false>(p, none, stream)
+                                            : w3_launch<true, false>(p, none, stream);
+}
+
+/* Decode with FP8 q: pages by TMA where the cache allows a tensor map; everything else as v3. */
+extern "C" int dsa_indexer_scores_v3t_launch(const dsa_scores_params *p, cudaStream_t stream) {
   CUtensorMap kmap;
   memset(&kmap, 0, sizeof kmap);
-  if (tma && p->rows.mode == DSA_ROWS_DECODE && w3_key_map(p, &kmap))
-    return w3_launch<true>(p, T, HP, groups, max_x, kmap, stream);
-  return w3_launch<false>(p, T, HP, groups, max_x, kmap, stream);
-}
-
-extern "C" int dsa_indexer_scores_v3_launch(const dsa_scores_params *p, cudaStream_t stream) {
-  return w3_dispatch(p, false, stream);
-}
-
-extern "C" int dsa_indexer_scores_v3t_launch(const dsa_scores_params *p, cudaStream_t stream) {
-  return w3_dispatch(p, true, stream);
+  if (p->q.q_dtype == DSA_DTYPE_FP8_E4M3 && p->rows.mode == DSA_ROWS_DECODE && w3_key_map(p, &kmap))
+    return w3_launch<false, true>(p, kmap, stream);
+  return dsa_indexer_scores_v3_launch(p, stream);
 }
