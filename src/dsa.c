@@ -331,8 +331,9 @@ static void rows_from_prefill(dsa_rows *r, const dsa_indexer_prefill_args *a, in
   r->page_size = a->cache.page_size;
 }
 
-/* DSA_INDEXER_KERNEL=v1 / v2 / v3 forces a scorer (v2: FP8 q only) instead of the default (v3 for
- * prefill, v1 otherwise: indexer_scores/launch.cu); comparisons and tests. */
+/* DSA_INDEXER_KERNEL=v1 / v2 / v3 / v3t forces a scorer (v2, v3t's TMA: FP8 q only) instead of the
+ * default (v3 for prefill, v3t for FP8-q decode, v1 otherwise: indexer_scores/launch.cu); comparisons
+ * and tests. */
 static int indexer_kernel_forced(void) {
   const char *e = getenv("DSA_INDEXER_KERNEL");
   if (e && strcmp(e, "v1") == 0) return 1;

@@ -126,10 +126,10 @@ typedef struct {
   int64_t scores_stride;
   int fill_tail;           /* 1: positions [L, rows.max_len) of every row get -inf (the scores-only
                               calls); 0: only [0, L) is written (the indexer's own workspace) */
-  int kernel;              /* 0: the library's choice (v3 for prefill, else v1); 1: v1 (mma.sync);
-                              2: v2 (FP8 wgmma, FP8 q only); 3: v3 (wgmma, warp-specialised: e4m3 for
-                              FP8 q, f16 for bf16 q); 5: v3 with decode pages by TMA (v3t)
-                              (DSA_INDEXER_KERNEL) */
+  int kernel;              /* 0: the library's choice (v3 for prefill, v3t for FP8-q decode, else
+                              v1); 1: v1 (mma.sync); 2: v2 (FP8 wgmma, FP8 q only); 3: v3 (wgmma,
+                              warp-specialised: e4m3 for FP8 q, f16 for bf16 q); 5: v3 with decode
+                              pages by TMA (v3t) (DSA_INDEXER_KERNEL) */
 } dsa_scores_params;
 int dsa_indexer_scores_launch(const dsa_scores_params *p, cudaStream_t stream);
 int dsa_indexer_scores_v1_launch(const dsa_scores_params *p, cudaStream_t stream);

@@ -100,6 +100,9 @@ __global__ void __launch_bounds__(W3_THREADS, 1)
     ptx_mbar_init(ptx_smem_u32(&full[tid]), TMA ? 33 : 64);
     ptx_mbar_init(ptx_smem_u32(&empty[tid]), 128); /* the consumer warpgroup's threads */
   }
+  /* Not needed for correctness (the barriers and q are disjoint; the sync below orders both before
+   * any use): it separates the two writes in time for racecheck, which reported them as a race. */
+  __syncthreads();
   if constexpr (F16)
     w2_stage_q_f16<HP>(p, grp, q_tile, wq_smem, w_smem, qsc_smem, qrows, nt, t0, warp, W3_THREADS / 32, lane);
   else
@@ -281,11 +284,12 @@ extern "C" int dsa_indexer_scores_v3_launch(const dsa_scores_params *p, cudaStre
                                             : w3_launch<true, false>(p, none, stream);
 }
 
-/* Decode with FP8 q: pages by TMA where the cache allows a tensor map; everything else as v3. */
+/* Decode with FP8 q: pages by TMA where the cache allows a tensor map (64-key pages). Anything else:
+ * v3's cp.async path when forced (DSA_INDEXER_KERNEL=v3t), else v1 (the library's choice). */
 extern "C" int dsa_indexer_scores_v3t_launch(const dsa_scores_params *p, cudaStream_t stream) {
   CUtensorMap kmap;
   memset(&kmap, 0, sizeof kmap);
   if (p->q.q_dtype == DSA_DTYPE_FP8_E4M3 && p->rows.mode == DSA_ROWS_DECODE && w3_key_map(p, &kmap))
     return w3_launch<false, true>(p, kmap, stream);
-  return dsa_indexer_scores_v3_launch(p, stream);
+  return p->kernel == 5 ? dsa_indexer_scores_v3_launch(p, stream) : dsa_indexer_scores_v1_launch(p, stream);
 }
