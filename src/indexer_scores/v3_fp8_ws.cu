@@ -50,14 +50,43 @@
  * another warpgroup, and a lagging producer warp let it read a stale stage: decode runs, whose fast
  * consumers wait on `full`, failed with error 719). */
 static_assert(W3_NS % 4 == 0 && W3_NS % W3_CONSUMERS == 0, "stage s: producer warp s % 4, consumer s % 3");
+/* SHARE (TMA at 32 columns — one decode token — with few tiles a CTA, w3_launch): one producer warp
+ * fills every stage (lane j looks up tile base + j's page, 32 tiles a load; lane 0 issues), six
+ * stages, ~61 KB and 64 registers a thread, so two CTAs share an SM and more tiles' latencies
+ * overlap (H200: 1 token 1M 46.0 -> 43.7 us, B = 64 x 8k 39.6 -> 26.3, 128 x 8k 66.9 -> 55.2; it
+ * lost with a group or more an SM, 256 x 8k 86.6 -> 95.8, and at 512 tiles a CTA, 128 x 64k 294 -> 311). */
+#define W3_NS_SHARE 6
+static_assert(W3_NS_SHARE % W3_CONSUMERS == 0, "stage s: consumer s % 3");
+static __host__ __device__ constexpr int w3_ns(bool share) { return share ? W3_NS_SHARE : W3_NS; }
 
 /* Shared memory: full[NS], empty[NS] mbarriers | the group | (aligned to 1024) q tile | NS stages |
  * wq, w, qsc [qrows]. The barriers sit first, at one offset in every instantiation, apart from
  * anything staged (moved there against a racecheck report of q stores over barriers; the report
  * persists, docs/PERF.md). */
-static size_t w3_smem_bytes(int qrows, bool f16) {
-  return 2 * W3_NS * 8 + sizeof(sc_group) + 1024 + (size_t)w2_q_bytes(qrows) * (f16 ? 2 : 1) +
-         (size_t)W3_NS * W2_WG_STAGE + (f16 ? (size_t)W3_CONSUMERS * W2_F16_KEYS : 0) + (size_t)3 * qrows * 4 + 16;
+static size_t w3_smem_bytes(int qrows, bool f16, int ns) {
+  return 2 * ns * 8 + sizeof(sc_group) + 1024 + (size_t)w2_q_bytes(qrows) * (f16 ? 2 : 1) +
+         (size_t)ns * W2_WG_STAGE + (f16 ? (size_t)W3_CONSUMERS * W2_F16_KEYS : 0) + (size_t)3 * qrows * 4 + 16;
+}
+
+/* Producer, TMA: one tile's page pg into stage st — the validity flags by every lane of the warp
+ * (32 arrivals), then lane 0's arrive.expect_tx, the tensor copy of the 64 rows (an out-of-bounds
+ * box, zeros, for a bad page id) and the bulk copy of the scales (valid pages only), all completing
+ * on `bar` (33 arrivals in all). */
+static __device__ __forceinline__ void w3_tma_fill(const dsa_scores_params &p, const CUtensorMap *kmap,
+                                                   unsigned char *st, uint32_t bar, long long pg, int lane) {
+  const bool valid = pg >= 0 && pg < p.cache.num_pages;
+  int *s_ok = (int *)(st + W2_WG_ROWS_BYTES + W2_WG_KEYS * 4);
+  s_ok[lane] = valid;
+  s_ok[lane + 32] = valid;
+  ptx_mbar_arrive(bar); /* the flags (release) */
+  if (lane == 0) {
+    ptx_mbar_arrive_expect_tx(bar, W2_WG_ROWS_BYTES + (valid ? W2_WG_KEYS * 4 : 0));
+    ptx_tma_load_3d(ptx_smem_u32(st), kmap, 0, 0, valid ? (int)pg : (int)p.cache.num_pages, bar);
+    if (valid)
+      ptx_bulk_load(ptx_smem_u32(st + W2_WG_ROWS_BYTES),
+                    p.cache.data + pg * (W2_WG_KEYS * (DSA_INDEX_HEAD_DIM + 4)) + W2_WG_ROWS_BYTES, W2_WG_KEYS * 4,
+                    bar);
+  }
 }
 
 /* F16: bf16 q on the f16 path (q staged scaled into f16, each consumer warpgroup converts its tile's
@@ -67,21 +96,23 @@ static size_t w3_smem_bytes(int qrows, bool f16) {
  * the layout wgmma reads) and its 256 B of scales with one bulk copy, both completing the stage's
  * `full` transaction count; a bad page id loads an out-of-bounds box (zeros) and flags its keys
  * invalid. Else cp.async per 16 bytes, every lane. */
-template <int HP, int NC, bool F16, bool TMA>
-__global__ void __launch_bounds__(W3_THREADS, 1)
+template <int HP, int NC, bool F16, bool TMA, bool SHARE>
+__global__ void __launch_bounds__(W3_THREADS, SHARE ? 2 : 1)
     indexer_scores_v3_kernel(const dsa_scores_params p, int T, int tiles_per_cta,
                              const __grid_constant__ CUtensorMap kmap) {
   extern __shared__ unsigned char smem_raw[];
   uint64_t *full = (uint64_t *)smem_raw; /* dynamic shared memory is at least 16-byte aligned */
-  uint64_t *empty = full + W3_NS;
-  sc_group *grp = (sc_group *)(empty + W3_NS);
+  constexpr int NS = w3_ns(SHARE);
+  static_assert(!SHARE || (TMA && NC == 32), "two CTAs an SM: TMA decode at 32 columns");
+  uint64_t *empty = full + NS;
+  sc_group *grp = (sc_group *)(empty + NS);
   unsigned char *after = (unsigned char *)(grp + 1);
   unsigned char *smem = after + ((1024 - (ptx_smem_u32(after) & 1023)) & 1023);
   const int chunks = (T * HP + NC - 1) / NC;
   const int qrows = chunks * NC;
   unsigned char *q_tile = smem; /* [qrows][128] e4m3, or F16: [2 K-atoms][qrows][128 B] f16; swizzled */
   unsigned char *stages = smem + w2_q_bytes(qrows) * (F16 ? 2 : 1); /* NS x W2_WG_STAGE */
-  unsigned char *kbufs = stages + W3_NS * W2_WG_STAGE;               /* F16: consumers x W2_F16_KEYS */
+  unsigned char *kbufs = stages + NS * W2_WG_STAGE;               /* F16: consumers x W2_F16_KEYS */
   float *wq_smem = (float *)(kbufs + (F16 ? W3_CONSUMERS * W2_F16_KEYS : 0));
   float *w_smem = wq_smem + qrows;
   float *qsc_smem = w_smem + qrows;
@@ -95,7 +126,7 @@ __global__ void __launch_bounds__(W3_THREADS, 1)
   const long long range_lo = cta.range_lo, range_hi = cta.range_hi;
   const int ntiles = tile_end - tile_begin;
 
-  if (tid < W3_NS) {
+  if (tid < NS) {
     /* the producer warp's lanes: copies landed + flags (TMA: the flags + lane 0's expect_tx) */
     ptx_mbar_init(ptx_smem_u32(&full[tid]), TMA ? 33 : 64);
     ptx_mbar_init(ptx_smem_u32(&empty[tid]), 128); /* the consumer warpgroup's threads */
@@ -113,32 +144,37 @@ __global__ void __launch_bounds__(W3_THREADS, 1)
 
   if (warp < 4) {
     /* ---- producer warp `warp`: tiles warp, warp + 4, ... ---- */
-    ptx_setmaxnreg_dec<56>();
-    if constexpr (TMA) {
-      /* the page of this warp's next tile, looked up a tile ahead by lane 0 */
+    if constexpr (!SHARE) ptx_setmaxnreg_dec<56>(); /* SHARE: 64 a thread, no exchange */
+    if constexpr (TMA && SHARE) {
+      /* warp 0 alone (six stages): lane j holds the page of tile base + j (one load for 32 tiles,
+       * the next 32 loaded while these are issued); the other producer warps have nothing to do */
+      if (warp == 0) {
+        long long page = lane < ntiles ? rows_key_raw(p.rows, t0, (tile_begin + lane) * W2_WG_KEYS) : -1;
+        for (int base = 0; base < ntiles; base += 32) {
+          const long long page_next =
+              base + 32 + lane < ntiles ? rows_key_raw(p.rows, t0, (tile_begin + base + 32 + lane) * W2_WG_KEYS) : -1;
+          const int n = ntiles - base < 32 ? ntiles - base : 32;
+          for (int j = 0; j < n; j++) {
+            const int i = base + j, s = i % NS;
+            if (i >= NS) ptx_mbar_wait(ptx_smem_u32(&empty[s]), (uint32_t)((i / NS - 1) & 1));
+            w3_tma_fill(p, &kmap, stages + s * W2_WG_STAGE, ptx_smem_u32(&full[s]), __shfl_sync(0xffffffffu, page, j),
+                        lane);
+          }
+          page = page_next;
+        }
+      }
+    } else if constexpr (TMA) {
+      /* every producer warp its own tiles (warp, warp + 4, ...), the page looked up a tile ahead by
+       * lane 0 (one warp alone measured 4-6 % slower at B = 256 x 32k / 64k) */
       long long page = lane == 0 && warp < ntiles ? rows_key_raw(p.rows, t0, (tile_begin + warp) * W2_WG_KEYS) : -1;
       for (int i = warp; i < ntiles; i += 4) {
-        const int s = i % W3_NS;
+        const int s = i % NS;
         const int x0 = (tile_begin + i) * W2_WG_KEYS;
         const long long page_next =
             lane == 0 && i + 4 < ntiles ? rows_key_raw(p.rows, t0, x0 + 4 * W2_WG_KEYS) : -1;
-        if (i >= W3_NS) ptx_mbar_wait(ptx_smem_u32(&empty[s]), (uint32_t)((i / W3_NS - 1) & 1));
-        const long long pg = __shfl_sync(0xffffffffu, page, 0);
-        const bool valid = pg >= 0 && pg < p.cache.num_pages;
-        unsigned char *st = stages + s * W2_WG_STAGE;
-        int *s_ok = (int *)(st + W2_WG_ROWS_BYTES + W2_WG_KEYS * 4);
-        s_ok[lane] = valid;
-        s_ok[lane + 32] = valid;
-        const uint32_t bar = ptx_smem_u32(&full[s]);
-        ptx_mbar_arrive(bar); /* the flags (release) */
-        if (lane == 0) {
-          ptx_mbar_arrive_expect_tx(bar, W2_WG_ROWS_BYTES + (valid ? W2_WG_KEYS * 4 : 0));
-          ptx_tma_load_3d(ptx_smem_u32(st), &kmap, 0, 0, valid ? (int)pg : (int)p.cache.num_pages, bar);
-          if (valid)
-            ptx_bulk_load(ptx_smem_u32(st + W2_WG_ROWS_BYTES),
-                          p.cache.data + pg * (W2_WG_KEYS * (DSA_INDEX_HEAD_DIM + 4)) + W2_WG_ROWS_BYTES,
-                          W2_WG_KEYS * 4, bar);
-        }
+        if (i >= NS) ptx_mbar_wait(ptx_smem_u32(&empty[s]), (uint32_t)((i / NS - 1) & 1));
+        w3_tma_fill(p, &kmap, stages + s * W2_WG_STAGE, ptx_smem_u32(&full[s]), __shfl_sync(0xffffffffu, page, 0),
+                    lane);
         page = page_next;
       }
     } else {
@@ -150,12 +186,12 @@ __global__ void __launch_bounds__(W3_THREADS, 1)
     for (int q4 = 0; q4 < 4; q4++)
       raw[q4] = warp < ntiles ? w2_key_raw(p, t0, (tile_begin + warp) * W2_WG_KEYS, 16 * q4, lo, hi, lane) : -1;
     for (int i = warp; i < ntiles; i += 4) {
-      const int s = i % W3_NS;
+      const int s = i % NS;
       const int x0 = (tile_begin + i) * W2_WG_KEYS;
 #pragma unroll
       for (int q4 = 0; q4 < 4; q4++)
         raw_next[q4] = i + 4 < ntiles ? w2_key_raw(p, t0, x0 + 4 * W2_WG_KEYS, 16 * q4, lo, hi, lane) : -1;
-      if (i >= W3_NS) ptx_mbar_wait(ptx_smem_u32(&empty[s]), (uint32_t)((i / W3_NS - 1) & 1));
+      if (i >= NS) ptx_mbar_wait(ptx_smem_u32(&empty[s]), (uint32_t)((i / NS - 1) & 1));
       unsigned char *st = stages + s * W2_WG_STAGE;
 #pragma unroll
       for (int q4 = 0; q4 < 4; q4++) w2_issue_keys(st, p, raw[q4], x0, 16 * q4, lane);
@@ -167,12 +203,12 @@ __global__ void __launch_bounds__(W3_THREADS, 1)
     }
   } else {
     /* ---- consumer warpgroup g: tiles g, g + 3, ... ---- */
-    ptx_setmaxnreg_inc<144>();
+    if constexpr (!SHARE) ptx_setmaxnreg_inc<144>();
     const int g = (warp >> 2) - 1, wi = warp & 3;
     const uint32_t q_addr = ptx_smem_u32(q_tile);
     for (int i = g; i < ntiles; i += W3_CONSUMERS) {
-      const int s = i % W3_NS;
-      ptx_mbar_wait(ptx_smem_u32(&full[s]), (uint32_t)((i / W3_NS) & 1));
+      const int s = i % NS;
+      ptx_mbar_wait(ptx_smem_u32(&full[s]), (uint32_t)((i / NS) & 1));
       ptx_fence_proxy_async_smem();
       const int x0 = (tile_begin + i) * W2_WG_KEYS;
       if constexpr (F16) {
@@ -204,20 +240,20 @@ __global__ void __launch_bounds__(W3_THREADS, 1)
   /* Every role is done with the ring: invalidate its barriers (PTX: a barrier's memory may hold other
    * data only after mbarrier.inval; the next CTA on this SM lays its own data there). */
   __syncthreads();
-  if (tid < W3_NS) {
+  if (tid < NS) {
     ptx_mbar_inval(ptx_smem_u32(&full[tid]));
     ptx_mbar_inval(ptx_smem_u32(&empty[tid]));
   }
   sc_fill_tail(p, grp, nt, t0, range_lo, range_hi);
 }
 
-template <int HP, int NC, bool F16, bool TMA>
+template <int HP, int NC, bool F16, bool TMA, bool SHARE = false>
 static cudaError_t w3_launch_t(const dsa_scores_params *p, dim3 grid, int T, int tpc, const CUtensorMap &kmap,
                                cudaStream_t stream) {
   static dsa_smem_cache cache;
   const int qrows = (T * HP + NC - 1) / NC * NC;
-  return dsa_launch_smem(indexer_scores_v3_kernel<HP, NC, F16, TMA>, &cache, grid, W3_THREADS,
-                         w3_smem_bytes(qrows, F16), stream, false, *p, T, tpc, kmap);
+  return dsa_launch_smem(indexer_scores_v3_kernel<HP, NC, F16, TMA, SHARE>, &cache, grid, W3_THREADS,
+                         w3_smem_bytes(qrows, F16, w3_ns(SHARE)), stream, false, *p, T, tpc, kmap);
 }
 
 /* The index-K cache as a TMA tensor map for decode with 64-key pages: dims (128 B, 64 rows, pages),
@@ -260,14 +296,18 @@ static int w3_launch(const dsa_scores_params *p, const CUtensorMap &kmap, cudaSt
   const int total_tiles = (int)(((int64_t)max_x + W2_WG_KEYS - 1) / W2_WG_KEYS);
   if (total_tiles == 0 || groups == 0) return 0;
   /* one long-lived CTA an SM (512 threads x 128 registers fill its register file; its setup and the
-   * ring's first fill paid once) */
-  const long long want = (long long)(p->num_sms > 0 ? p->num_sms : 132);
+   * ring's first fill paid once); two with SHARE (W3_NS_SHARE) */
+  const long long sms = p->num_sms > 0 ? p->num_sms : 132;
+  const long long share_tpc = ((long long)total_tiles * groups + 2 * sms - 1) / (2 * sms); /* ~tiles a CTA */
+  const bool share = TMA && !F16 && T * HP <= 32 && groups < sms && share_tpc <= 256;
+  const long long want = sms * (share ? 2 : 1);
   int tpc;
   const dim3 grid = sc_grid(total_tiles, groups, want, 512, &tpc);
   const int n = T * HP;
   cudaError_t err;
   if (HP == 32)
-    err = n <= 32    ? w3_launch_t<32, 32, F16, TMA>(p, grid, T, tpc, kmap, stream)
+    err = share      ? w3_launch_t<32, 32, F16, TMA, TMA && !F16>(p, grid, T, tpc, kmap, stream)
+          : n <= 32  ? w3_launch_t<32, 32, F16, TMA>(p, grid, T, tpc, kmap, stream)
           : n <= 64  ? w3_launch_t<32, 64, F16, TMA>(p, grid, T, tpc, kmap, stream)
                      : w3_launch_t<32, 128, F16, TMA>(p, grid, T, tpc, kmap, stream);
   else
