@@ -31,7 +31,9 @@ shift || true
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
 
 B=${DSA_BUILD_DIR:-build}
-if ! "$B/dsa-bench" --help >/dev/null 2>&1 || [ ! -x "$B/test_gpu_garbage" ]; then
+# compare runs each entry's own carried binaries: nothing to build (a build here took 1-2 minutes of
+# device time for nothing)
+if [ "$what" != compare ] && { ! "$B/dsa-bench" --help >/dev/null 2>&1 || [ ! -x "$B/test_gpu_garbage" ]; }; then
   B=build-dev
   echo "building in $B"
   (cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 &&
@@ -211,5 +213,9 @@ fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   "$B/dsa-bench" glm --check --json "$OUT/bench.json" "$@" >"$OUT/bench.log" 2>&1 || rc=$?
   tail -n 45 "$OUT/bench.log"
+fi
+# The device tool brings back only a few files: many logs travel as one archive.
+if [ "$(find "$OUT" -maxdepth 1 -type f | wc -l)" -gt 6 ]; then
+  (cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz -- * && find . -maxdepth 1 -type f ! -name logs.tgz -delete)
 fi
 exit $rc
