@@ -412,6 +412,20 @@ static int topk_cluster_allowed(void) {
   return n < 0 ? 0 : n > 64 ? 64 : n;
 }
 
+/* Top-k of tokens [t0, t0 + n) of an indexer call: their rows, outputs and lengths (no scores). */
+static dsa_topk_params topk_rows(dsa_rows rows, int t0, int n, int topk, int32_t *out, int32_t *lens, int sms) {
+  dsa_topk_params tp;
+  memset(&tp, 0, sizeof tp);
+  rows.token_begin = t0;
+  tp.rows = rows;
+  tp.num_tokens = n;
+  tp.topk = topk;
+  tp.out = out + (size_t)t0 * topk;
+  tp.out_lens = lens ? lens + t0 : NULL;
+  tp.num_sms = sms;
+  return tp;
+}
+
 /* Scores + top-k over num_tokens tokens in chunks of plan.chunk; deferred plans resolve each group of
  * plan.group tokens once, after its chunks. */
 static dsa_status run_indexer(const char *fn, const dsa_indexer_query *q, const dsa_index_k_cache *c,
@@ -442,16 +456,9 @@ static dsa_status run_indexer(const char *fn, const dsa_indexer_query *q, const 
         sp.scores_stride = plan->stride;
         CHECK(cuda_status(fn, dsa_indexer_scores_launch(&sp, stream)));
       }
-      dsa_topk_params tp;
-      memset(&tp, 0, sizeof tp);
+      dsa_topk_params tp = topk_rows(rows, (int)t0, n, topk, out, lens, sms);
       tp.scores = scores;
       tp.scores_stride = plan->stride;
-      tp.rows = rows;
-      tp.num_tokens = n;
-      tp.topk = topk;
-      tp.out = out + (size_t)t0 * topk;
-      tp.out_lens = lens ? lens + t0 : NULL;
-      tp.num_sms = sms;
       tp.allow_cluster = topk_cluster_allowed();
       if (plan->deferred)
         CHECK(cuda_status(fn, dsa_topk_chunk_launch(&tp, topk_ws, plan->group, (int)(t0 - g0), stream)));
@@ -459,15 +466,7 @@ static dsa_status run_indexer(const char *fn, const dsa_indexer_query *q, const 
         CHECK(cuda_status(fn, dsa_topk_launch(&tp, topk_ws, stream)));
     }
     if (plan->deferred) { /* the group's rows from their composites (no scores read) */
-      dsa_topk_params tp;
-      memset(&tp, 0, sizeof tp);
-      rows.token_begin = (int)g0;
-      tp.rows = rows;
-      tp.num_tokens = gn;
-      tp.topk = topk;
-      tp.out = out + (size_t)g0 * topk;
-      tp.out_lens = lens ? lens + g0 : NULL;
-      tp.num_sms = sms;
+      const dsa_topk_params tp = topk_rows(rows, (int)g0, gn, topk, out, lens, sms);
       CHECK(cuda_status(fn, dsa_topk_final_launch(&tp, topk_ws, plan->group, stream)));
     }
   }

@@ -288,6 +288,21 @@ static __device__ __forceinline__ void w2_chunk_epilogue(const dsa_scores_params
   }
 }
 
+/* The chunk epilogue with FAST chosen at run time (once a chunk: both versions are unrolled). */
+template <int HP, int NC>
+static __device__ __forceinline__ void w2_chunk_epilogue_pick(bool fast, const dsa_scores_params &p, const sc_group *grp,
+                                                              const float (&acc)[NC / 2], const float *wq_smem,
+                                                              const float *w_smem, const float *qsc_smem, int chk,
+                                                              int nt, int t0, int x0, float ks0, float ks1, int ok0,
+                                                              int ok1, int r0, int r1, int c) {
+  if (fast)
+    w2_chunk_epilogue<HP, NC, true>(p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0, ok1, r0, r1,
+                                    c);
+  else
+    w2_chunk_epilogue<HP, NC, false>(p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0, ok1, r0,
+                                     r1, c);
+}
+
 /* One warpgroup's scores of the 64-key tile in stage `st` (key coordinates x0 ..): for each chunk of
  * NC of the group's (token, head) columns, D[64, NC] by four e4m3 wgmma, then the chunk's epilogue
  * (w2_chunk_epilogue); -inf for keys outside the cache; stores the keys each token sees. wi = warp
@@ -325,12 +340,8 @@ static __device__ __forceinline__ void w2_tile_scores(const dsa_scores_params &p
     ptx_wgmma_commit();
     ptx_wgmma_wait<0>();
     ptx_reg_fence(acc);
-    if (fast)
-      w2_chunk_epilogue<HP, NC, true>(p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0, ok1, r0,
-                                      r1, c);
-    else
-      w2_chunk_epilogue<HP, NC, false>(p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0, ok1,
-                                       r0, r1, c);
+    w2_chunk_epilogue_pick<HP, NC>(fast, p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0, ok1,
+                                   r0, r1, c);
   }
 }
 
@@ -352,11 +363,7 @@ static __device__ __forceinline__ void w2_tile_scores_f16(const dsa_scores_param
     w2_chunk_mma_f16<NC>(acc, kbuf, q_addr, qrows, chk);
     ptx_wgmma_wait<0>();
     ptx_reg_fence(acc);
-    if (fast)
-      w2_chunk_epilogue<HP, NC, true>(p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0, ok1, r0,
-                                      r1, c);
-    else
-      w2_chunk_epilogue<HP, NC, false>(p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0, ok1,
-                                       r0, r1, c);
+    w2_chunk_epilogue_pick<HP, NC>(fast, p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0, ok1,
+                                   r0, r1, c);
   }
 }
