@@ -150,10 +150,12 @@ typedef struct {
  * Output: topk_indices[t, 0..topk) = global slots of the selected positions (order unspecified but
  * deterministic), -1 past lens[t] = min(topk, L). A position whose page id is outside
  * [0, num_pages) scores -inf and is reported as -1 if selected.
- * Workspace: 256 MiB of scores at most, or, when one request's rows alone are longer,
- * q_len_per_req * max_len * 4 bytes (max_len = the clamp on L above: 1M tokens x 8 MTP = 32 MiB),
- * plus ~144 KiB of top-k scratch per token, for at most 256 tokens at a time (~36 MiB). Nothing
- * is scored (and no score scratch is needed) when every L <= topk.
+ * Workspace: at most 64 MiB in all (scores of as many tokens as fit, ~144 KiB of top-k scratch a
+ * token for at most 256 tokens at a time; rows longer than 40,960 whose scores do not all fit are
+ * scored a chunk at a time and their top-k resolved once a group), unless one request's tokens
+ * alone need more: q_len_per_req * (max_len * 4 bytes + ~144 KiB), max_len = the clamp on L above
+ * (8 MTP tokens at 1M: 33 MiB, fits; one token at 16M positions: 64.1 MiB). Nothing is scored (and
+ * no score scratch is needed) when every L <= topk.
  */
 typedef struct {
   dsa_indexer_query query;
@@ -195,8 +197,9 @@ DSA_API dsa_status dsa_indexer_decode_scores(const dsa_indexer_decode_scores_arg
  * Output per token: positions as absolute workspace rows (output_global_slots = 0, the reference
  * contract) or as global slots (output_global_slots = 1: what attention consumes); -1 past lens.
  * A row whose slot is outside the cache scores -inf and, as a global slot, is reported as -1.
- * Workspace: as decode (256 MiB of scores at most, or one token's max_len * 4 bytes when longer;
- * top-k scratch for at most 256 tokens at a time).
+ * Workspace: as decode, a token at a time: at most 64 MiB unless one token's rows alone need more
+ * (max_len * 4 bytes + ~144 KiB); 4096 tokens against 1M rows: 62 MiB (groups of 128 tokens scored
+ * 11 at a time).
  */
 typedef struct {
   dsa_indexer_query query;

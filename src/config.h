@@ -9,11 +9,16 @@
 #include <stdint.h>
 
 /* ---- indexer chunking (dsa.c) ---- */
-/* Score scratch per launch is capped at this many float32 elements (256 MiB) unless one request's
- * rows alone are longer (a request's tokens are never split across launches). */
-#define DSA_SCORE_CAP_ELEMS ((int64_t)64 * 1024 * 1024)
-/* Top-k scratch is per row (~140 KiB), so rows per launch are capped. */
+/* The indexer's whole workspace (score scratch + top-k scratch) stays within this many bytes unless
+ * one request's (decode) / one token's (prefill) rows alone need more: a request's tokens are never
+ * split across launches. Long rows whose scores do not all fit are scored a chunk at a time and
+ * resolved once a group (the deferred resolve, topk.cu). DSA_INDEXER_WS_CAP_MIB=N (tests) lowers it. */
+#define DSA_INDEXER_WS_CAP ((size_t)64 << 20)
+/* Top-k scratch is per row (~144 KiB), so rows per launch (and per deferred group) are capped. */
 #define DSA_TOPK_ROWS_PER_LAUNCH 256
+/* A deferred group is halved while its chunks would hold fewer tokens than this (the scorer's
+ * token groups are 8-16 wide). */
+#define DSA_DEFERRED_MIN_CHUNK 8
 /* Scores-only launches: grid.y bound (65535 token groups), a multiple of every q_len_per_req 1..8. */
 #define DSA_SCORE_TOKENS_PER_LAUNCH 32760
 
@@ -22,6 +27,9 @@
 #define TK_CHUNK 8192           /* positions per histogram / filter CTA */
 #define TK_CAND_CAP 32768       /* candidates kept per row (positions, in the workspace) */
 #define TK_HDR (TK_BINS + 8)    /* uint32 per row: histogram + the row's counters */
+/* Rows up to this long get one top-k CTA each, reading the scores once (topk.cu's slices kernel);
+ * longer rows run the chain, whose resolve can be deferred (dsa.c). */
+#define DSA_TOPK_ONE_CTA_MAX_LEN 40960
 
 /* ---- sparse MLA (sparse_mla/) ---- */
 #define MLA_BLOCK_N 64          /* index entries per chunk (and per split block) */

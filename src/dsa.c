@@ -282,25 +282,86 @@ static dsa_status check_scores_out(const char *fn, const float *scores, int64_t 
 
 typedef struct {
   int64_t stride;     /* score row stride (elements) */
-  int chunk;          /* tokens per launch */
+  int chunk;          /* tokens per scoring launch */
+  int group;          /* deferred: tokens per top-k group (resolved once, from composites); else = chunk */
+  int deferred;       /* 1: long rows whose scores do not all fit — chunks of a group share the top-k
+                         scratch, which is resolved once a group (topk.cu, dsa_topk_chunk_launch) */
   size_t score_bytes; /* scratch for one chunk's scores (0 when nothing is scored) */
   size_t total;       /* workspace bytes */
 } indexer_plan;
 
-/* Tokens per launch: as many as fit DSA_SCORE_CAP_ELEMS of scores and DSA_TOPK_ROWS_PER_LAUNCH
- * rows of top-k scratch, a multiple of `multiple` (one request's MTP tokens stay together), at
- * least one request. */
+static size_t indexer_ws_cap(void) {
+  const char *e = getenv("DSA_INDEXER_WS_CAP_MIB"); /* tests: a small cap reaches the deferred path */
+  const long mib = e ? atol(e) : 0;
+  return mib > 0 && mib < 65536 ? (size_t)mib << 20 : DSA_INDEXER_WS_CAP;
+}
+
+/* The most tokens (a multiple of `multiple`, at most `limit`) whose `row_bytes` each fit `budget`
+ * bytes beside `fixed` bytes, rounded to 256 bytes as the layouts are; 0 when not even one
+ * request's do. */
+static int64_t tokens_fitting(size_t budget, size_t fixed, int64_t row_bytes, int64_t limit, int multiple) {
+  int64_t n = fixed >= budget ? 0 : (int64_t)((budget - fixed) / (size_t)row_bytes);
+  if (n > limit) n = limit;
+  n -= n % multiple;
+  while (n > 0 && fixed + round256((size_t)row_bytes * (size_t)n) > budget) n -= multiple;
+  return n;
+}
+
+/* Tokens per launch within the workspace cap (config.h). Rows the top-k reads once (<=
+ * DSA_TOPK_ONE_CTA_MAX_LEN) or all tokens' scores fitting: chunks of as many tokens as fit with
+ * their top-k scratch. Longer rows whose scores do not all fit: the deferred resolve — a group of
+ * up to DSA_TOPK_ROWS_PER_LAUNCH tokens keeps its top-k scratch while its scores pass a chunk at
+ * a time (the chain's resolve, a fixed ~80 us a launch on the H200, once a group instead of once a
+ * chunk); the group halves while its chunks would hold fewer than DSA_DEFERRED_MIN_CHUNK tokens (or
+ * than fit beside the smallest group, for rows so long that fewer do).
+ * `multiple`: one request's MTP tokens stay together. */
 static indexer_plan plan_indexer(int num_tokens, int max_len, int topk, int multiple) {
   indexer_plan p;
+  memset(&p, 0, sizeof p);
   p.stride = ((int64_t)max_len + 3) & ~(int64_t)3;
   if (p.stride < 4) p.stride = 4;
-  int64_t chunk = DSA_SCORE_CAP_ELEMS / p.stride;
-  if (chunk > DSA_TOPK_ROWS_PER_LAUNCH) chunk = DSA_TOPK_ROWS_PER_LAUNCH;
-  if (chunk > num_tokens) chunk = num_tokens;
-  chunk -= chunk % multiple;
-  if (chunk < multiple) chunk = multiple;
-  p.chunk = (int)chunk;
-  p.score_bytes = max_len > topk ? round256((size_t)p.stride * (size_t)chunk * 4) : 0;
+  const size_t cap = indexer_ws_cap();
+  const int scored = max_len > topk;
+  const int64_t row_bytes = scored ? p.stride * 4 : 0;
+  const size_t per_token_topk = dsa_topk_ws_layout(1).total;
+  int64_t limit = num_tokens < DSA_TOPK_ROWS_PER_LAUNCH ? num_tokens : DSA_TOPK_ROWS_PER_LAUNCH;
+  limit -= limit % multiple;
+  if (limit < multiple) limit = multiple;
+  /* plain chunks: scores and top-k scratch of every token of the chunk */
+  int64_t chunk = tokens_fitting(cap, 0, row_bytes + (int64_t)per_token_topk, limit, multiple);
+  if (chunk < multiple) chunk = multiple; /* one request's rows alone pass the cap */
+  while (chunk > multiple && (scored ? round256((size_t)row_bytes * (size_t)chunk) : 0) +
+                                     dsa_topk_ws_layout((int)chunk).total > cap)
+    chunk -= multiple; /* the layouts' rounding */
+  if (scored && max_len > DSA_TOPK_ONE_CTA_MAX_LEN && chunk < limit) {
+    /* deferred: the group's top-k scratch is fixed, its scores come a chunk at a time */
+    /* rows so long that few tokens fit at all (4M: 3) lower the bar to what fits beside the
+     * smallest group */
+    int64_t target = tokens_fitting(cap, dsa_topk_ws_layout(multiple).total, row_bytes, limit, multiple);
+    if (target > DSA_DEFERRED_MIN_CHUNK) target = DSA_DEFERRED_MIN_CHUNK;
+    if (target < multiple) target = multiple;
+    int64_t group = limit, c = 0;
+    for (;;) {
+      c = tokens_fitting(cap, dsa_topk_ws_layout((int)group).total, row_bytes, group, multiple);
+      if (c >= target || (c > 0 && c == group)) break;
+      int64_t half = group / 2;
+      half -= half % multiple;
+      if (half < multiple || half == group) break;
+      group = half;
+    }
+    if (c < multiple) c = multiple; /* one request's rows alone pass the cap */
+    if (c < group) {
+      p.deferred = 1;
+      p.group = (int)group;
+      p.chunk = (int)c;
+      p.score_bytes = round256((size_t)row_bytes * (size_t)c);
+      p.total = p.score_bytes + dsa_topk_ws_layout(p.group).total;
+      return p;
+    }
+    chunk = group; /* the whole group fits: plain */
+  }
+  p.chunk = p.group = (int)chunk;
+  p.score_bytes = scored ? round256((size_t)row_bytes * (size_t)chunk) : 0;
   p.total = p.score_bytes + dsa_topk_ws_layout(p.chunk).total;
   return p;
 }
@@ -351,7 +412,22 @@ static int topk_cluster_allowed(void) {
   return n < 0 ? 0 : n > 64 ? 64 : n;
 }
 
-/* Scores + top-k over num_tokens tokens in chunks of plan.chunk. */
+/* Top-k of tokens [t0, t0 + n) of an indexer call: their rows, outputs and lengths (no scores). */
+static dsa_topk_params topk_rows(dsa_rows rows, int t0, int n, int topk, int32_t *out, int32_t *lens, int sms) {
+  dsa_topk_params tp;
+  memset(&tp, 0, sizeof tp);
+  rows.token_begin = t0;
+  tp.rows = rows;
+  tp.num_tokens = n;
+  tp.topk = topk;
+  tp.out = out + (size_t)t0 * topk;
+  tp.out_lens = lens ? lens + t0 : NULL;
+  tp.num_sms = sms;
+  return tp;
+}
+
+/* Scores + top-k over num_tokens tokens in chunks of plan.chunk; deferred plans resolve each group of
+ * plan.group tokens once, after its chunks. */
 static dsa_status run_indexer(const char *fn, const dsa_indexer_query *q, const dsa_index_k_cache *c,
                               dsa_rows rows, int num_tokens, int topk, int max_len, int32_t *out,
                               int32_t *lens, const indexer_plan *plan, void *ws, size_t ws_bytes,
@@ -361,35 +437,38 @@ static dsa_status run_indexer(const char *fn, const dsa_indexer_query *q, const 
   CHECK(need_device(fn, &sms));
   float *scores = (float *)ws;
   void *topk_ws = (char *)ws + plan->score_bytes;
-  for (int64_t t0 = 0; t0 < num_tokens; t0 += plan->chunk) {
-    const int n = (int)(num_tokens - t0 < plan->chunk ? num_tokens - t0 : plan->chunk);
-    rows.token_begin = (int)t0;
-    if (max_len > topk) {
-      dsa_scores_params sp;
-      memset(&sp, 0, sizeof sp);
-      sp.q = *q;
-      sp.cache = *c;
-      sp.rows = rows;
-      sp.num_sms = sms;
-      sp.num_tokens = n;
-      sp.skip_len = topk;
-      sp.kernel = indexer_kernel_forced();
-      sp.scores = scores;
-      sp.scores_stride = plan->stride;
-      CHECK(cuda_status(fn, dsa_indexer_scores_launch(&sp, stream)));
+  for (int64_t g0 = 0; g0 < num_tokens; g0 += plan->group) {
+    const int gn = (int)(num_tokens - g0 < plan->group ? num_tokens - g0 : plan->group);
+    for (int64_t t0 = g0; t0 < g0 + gn; t0 += plan->chunk) {
+      const int n = (int)(g0 + gn - t0 < plan->chunk ? g0 + gn - t0 : plan->chunk);
+      rows.token_begin = (int)t0;
+      if (max_len > topk) {
+        dsa_scores_params sp;
+        memset(&sp, 0, sizeof sp);
+        sp.q = *q;
+        sp.cache = *c;
+        sp.rows = rows;
+        sp.num_sms = sms;
+        sp.num_tokens = n;
+        sp.skip_len = topk;
+        sp.kernel = indexer_kernel_forced();
+        sp.scores = scores;
+        sp.scores_stride = plan->stride;
+        CHECK(cuda_status(fn, dsa_indexer_scores_launch(&sp, stream)));
+      }
+      dsa_topk_params tp = topk_rows(rows, (int)t0, n, topk, out, lens, sms);
+      tp.scores = scores;
+      tp.scores_stride = plan->stride;
+      tp.allow_cluster = topk_cluster_allowed();
+      if (plan->deferred)
+        CHECK(cuda_status(fn, dsa_topk_chunk_launch(&tp, topk_ws, plan->group, (int)(t0 - g0), stream)));
+      else
+        CHECK(cuda_status(fn, dsa_topk_launch(&tp, topk_ws, stream)));
     }
-    dsa_topk_params tp;
-    memset(&tp, 0, sizeof tp);
-    tp.scores = scores;
-    tp.scores_stride = plan->stride;
-    tp.rows = rows;
-    tp.num_tokens = n;
-    tp.topk = topk;
-    tp.out = out + (size_t)t0 * topk;
-    tp.out_lens = lens ? lens + t0 : NULL;
-    tp.num_sms = sms;
-    tp.allow_cluster = topk_cluster_allowed();
-    CHECK(cuda_status(fn, dsa_topk_launch(&tp, topk_ws, stream)));
+    if (plan->deferred) { /* the group's rows from their composites (no scores read) */
+      const dsa_topk_params tp = topk_rows(rows, (int)g0, gn, topk, out, lens, sms);
+      CHECK(cuda_status(fn, dsa_topk_final_launch(&tp, topk_ws, plan->group, stream)));
+    }
   }
   return DSA_OK;
 }

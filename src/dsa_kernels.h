@@ -152,6 +152,12 @@ typedef struct {
 } dsa_topk_params;
 /* workspace: dsa_topk_ws_layout(num_tokens).total bytes. */
 int dsa_topk_launch(const dsa_topk_params *p, void *workspace, cudaStream_t stream);
+/* Deferred resolve for long rows (> DSA_TOPK_ONE_CTA_MAX_LEN) scored a chunk at a time: a group of
+ * ws_rows tokens shares one top-k workspace (dsa_topk_ws_layout(ws_rows)); each chunk's p (its
+ * scores, rows.token_begin, out, num_tokens) goes to dsa_topk_chunk_launch with its first row's
+ * place in the group (row0); then the group's p (no scores read) to dsa_topk_final_launch. */
+int dsa_topk_chunk_launch(const dsa_topk_params *p, void *workspace, int ws_rows, int row0, cudaStream_t stream);
+int dsa_topk_final_launch(const dsa_topk_params *p, void *workspace, int ws_rows, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

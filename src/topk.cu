@@ -67,6 +67,12 @@
 #define TK_DONE (TK_BINS + 2)    /* histogram CTAs finished */
 #define TK_B1 (TK_BINS + 3)      /* threshold bin of the first digit (set by the last CTA) */
 #define TK_ABOVE (TK_BINS + 4)   /* elements in higher bins */
+#define TK_RESOLVED (TK_BINS + 5) /* deferred: the row was resolved in its chunk (its bin overflowed) */
+/* Deferred resolve (dsa_topk_chunk_launch / dsa_topk_final_launch: long rows whose scores do not all
+ * fit the workspace at once): the filter keeps bin b1's elements as composites (key, ~position) in
+ * the candidate region — half as many fit — so the final step needs no scores; a row whose bin holds
+ * more is resolved at once by its chunk, from the scores, and flagged TK_RESOLVED. */
+#define TK_COMP_CAP (TK_CAND_CAP / 2)
 typedef struct {
   uint32_t *hist;      /* row stride TK_HDR */
   int32_t *above;      /* row stride DSA_MAX_TOPK */
@@ -196,6 +202,7 @@ __global__ void __launch_bounds__(TK_THREADS) topk_hist_kernel(const dsa_topk_pa
 /* Split a chunk by the first digit: above b1 -> selected outright, in b1 -> candidate (when the
  * whole bin fits the candidate buffer). Appends are staged in shared memory and placed with one
  * global atomic per list per CTA (a global atomic per warp step would serialise on round trips). */
+template <bool COMPS>
 __global__ void __launch_bounds__(TK_THREADS) topk_filter_kernel(const dsa_topk_params p, tk_ws ws) {
   __shared__ int s_above[DSA_MAX_TOPK];
   __shared__ int s_cand[TK_CHUNK];
@@ -206,7 +213,7 @@ __global__ void __launch_bounds__(TK_THREADS) topk_filter_kernel(const dsa_topk_
   if (L <= p.topk || start >= L) return;
   uint32_t *gh = ws.hist + (size_t)row * TK_HDR;
   const uint32_t b1 = __ldcg(&gh[TK_B1]);
-  const bool keep_cands = __ldcg(&gh[b1]) <= TK_CAND_CAP;
+  const bool keep_cands = __ldcg(&gh[b1]) <= (COMPS ? TK_COMP_CAP : TK_CAND_CAP);
   if (tid < 2) cnt[tid] = 0;
   __syncthreads();
   const float *s = p.scores + (long long)row * p.scores_stride;
@@ -244,9 +251,15 @@ __global__ void __launch_bounds__(TK_THREADS) topk_filter_kernel(const dsa_topk_
   }
   __syncthreads();
   int32_t *abv = ws.above + (size_t)row * DSA_MAX_TOPK + base[0];
-  int32_t *cand = ws.cand + (size_t)row * TK_CAND_CAP + base[1];
   for (int j = tid; j < cnt[0]; j += TK_THREADS) abv[j] = s_above[j];
-  for (int j = tid; j < cnt[1]; j += TK_THREADS) cand[j] = s_cand[j];
+  if constexpr (COMPS) {
+    /* the score again (this CTA just read it: L1 / L2) beside its position */
+    uint64_t *comp = (uint64_t *)(ws.cand + (size_t)row * TK_CAND_CAP) + base[1];
+    for (int j = tid; j < cnt[1]; j += TK_THREADS) comp[j] = make_comp(score_key(s[s_cand[j]]), s_cand[j]);
+  } else {
+    int32_t *cand = ws.cand + (size_t)row * TK_CAND_CAP + base[1];
+    for (int j = tid; j < cnt[1]; j += TK_THREADS) cand[j] = s_cand[j];
+  }
 }
 
 /* Candidate i of the resolve step as a composite (mode 2: position i of the row, whatever its bin;
@@ -256,6 +269,10 @@ __global__ void __launch_bounds__(TK_THREADS) topk_filter_kernel(const dsa_topk_
 static __device__ __forceinline__ uint64_t tk_source(int mode, int i, const uint64_t *cs, const int32_t *cand,
                                                      const float *s, int L) {
   if (mode == 0) return cs[i];
+  if (mode == 3) { /* deferred: composites in the workspace (their positions were < L when written) */
+    const uint64_t c = __ldcg((const unsigned long long *)cand + i);
+    return (unsigned)~(uint32_t)c < (unsigned)L ? c : 0;
+  }
   const int pos = mode == 1 ? cand[i] : i;
   if ((unsigned)pos >= (unsigned)L) return 0;
   return make_comp(score_key(s[pos]), pos);
@@ -263,7 +280,10 @@ static __device__ __forceinline__ uint64_t tk_source(int mode, int i, const uint
 
 typedef cub::BlockRadixSort<unsigned, TK_RESOLVE_THREADS, TK_SORT_ITEMS> tk_sort;
 
-/* The chain's last step: one CTA per row. */
+/* The chain's last step: one CTA per row. PHASE 0: the chain's (scores in the workspace); 1: a
+ * deferred chunk's rows whose bin overflowed the composites (the others return at once); 2: the
+ * deferred final step over a group's rows, from the composites (rows done in phase 1 skipped). */
+template <int PHASE>
 __global__ void __launch_bounds__(TK_RESOLVE_THREADS, 1) topk_resolve_kernel(const dsa_topk_params p, tk_ws ws) {
   extern __shared__ __align__(16) unsigned char smem[];
   uint64_t *cs = (uint64_t *)smem;                               /* [TK_CAND_SMEM] candidates */
@@ -274,11 +294,20 @@ __global__ void __launch_bounds__(TK_RESOLVE_THREADS, 1) topk_resolve_kernel(con
 
   __shared__ int row_len_s;
   const int row = blockIdx.x, tid = threadIdx.x;
+  const uint32_t *gh = ws.hist + (size_t)row * TK_HDR;
+  /* Phase 2 skips a row phase 1 resolved before reading its length (lens may alias a length input
+   * and now hold the output). */
+  if (PHASE == 2 && __ldcg(&gh[TK_RESOLVED])) return;
   /* The row's length is read once, by one thread, before anything is written: every thread then
    * agrees on it even if an output (lens) aliases an input (row_lens, seq_lens). */
   if (tid == 0) row_len_s = rows_len(p.rows, row);
   __syncthreads();
   const int L = row_len_s;
+  /* Phase 1: only rows with scores whose threshold bin overflowed the composites */
+  if (PHASE == 1) {
+    if (L <= p.topk || __ldcg(&gh[__ldcg(&gh[TK_B1]) & (TK_BINS - 1)]) <= (uint32_t)TK_COMP_CAP) return;
+    if (tid == 0) ws.hist[(size_t)row * TK_HDR + TK_RESOLVED] = 1u; /* read by phase 2, a later kernel */
+  }
   const int k = min(p.topk, L);
   int32_t *out = p.out + (size_t)row * p.topk;
   if (p.out_lens && tid == 0) p.out_lens[row] = k;
@@ -287,22 +316,30 @@ __global__ void __launch_bounds__(TK_RESOLVE_THREADS, 1) topk_resolve_kernel(con
     return;
   }
 
-  const float *s = p.scores + (long long)row * p.scores_stride;
+  const float *s = p.scores + (long long)row * p.scores_stride; /* not read in phase 2 */
   int32_t *cand = ws.cand + (size_t)row * TK_CAND_CAP;
   const int32_t *abv = ws.above + (size_t)row * DSA_MAX_TOPK;
   /* Threshold of the first digit, found once by the histogram step. Clamped, not trusted: the
    * chain's earlier kernels saw the row's length when they ran. */
-  const uint32_t *gh = ws.hist + (size_t)row * TK_HDR;
   const uint32_t b1 = gh[TK_B1] & (TK_BINS - 1);
   const int above = min((int)min(gh[TK_ABOVE], gh[TK_N_ABOVE]), k);
-  const int n_in_bin = (int)min(gh[b1], (uint32_t)TK_CAND_CAP + 1);
+  /* phase 2 reads at most the composites' capacity (more only with inconsistent inputs) */
+  const int n_in_bin = (int)min(gh[b1], PHASE == 2 ? (uint32_t)TK_COMP_CAP : (uint32_t)TK_CAND_CAP + 1);
   /* Where the candidates (the elements of bin b1) are read from in each pass: shared memory when
-   * they fit, the workspace list when the bin fit the list, else the whole row (slow, exact). */
-  const int src_mode = n_in_bin <= TK_CAND_SMEM ? 0 : n_in_bin <= TK_CAND_CAP ? 1 : 2;
+   * they fit, the workspace list when the bin fit the list, else the whole row (slow, exact).
+   * Phase 1 (overflowed composites): the whole row; phase 2: the composites (shared memory when
+   * they fit, else the workspace: mode 3). */
+  const int src_mode = PHASE == 1 ? 2
+                       : PHASE == 2 ? (n_in_bin <= TK_CAND_SMEM ? 0 : 3)
+                                    : (n_in_bin <= TK_CAND_SMEM ? 0 : n_in_bin <= TK_CAND_CAP ? 1 : 2);
   if (src_mode == 0)
     for (int i = tid; i < n_in_bin; i += TK_RESOLVE_THREADS) {
-      const int pos = cand[i]; /* clamped like tk_source: a list entry never written reads nothing */
-      cs[i] = (unsigned)pos < (unsigned)L ? make_comp(score_key(s[pos]), pos) : 0;
+      if (PHASE == 2) {
+        cs[i] = tk_source(3, i, cs, cand, s, L);
+      } else {
+        const int pos = cand[i]; /* clamped like tk_source: a list entry never written reads nothing */
+        cs[i] = (unsigned)pos < (unsigned)L ? make_comp(score_key(s[pos]), pos) : 0;
+      }
     }
   const int n_src = src_mode == 2 ? L : n_in_bin;
   __syncthreads();
@@ -377,6 +414,7 @@ __global__ void __launch_bounds__(TK_RESOLVE_THREADS, 1) topk_resolve_kernel(con
 #define TKS_SLICE 16384        /* few long rows are cut into slices of at most this many positions */
 #define TKS_SMEM_KEYS 40960    /* positions of a slice held in shared memory (160 KB) */
 #define TKS_ONE_CTA_MAX_LEN TKS_SMEM_KEYS /* rows up to this long run one CTA each, however many */
+static_assert(TKS_ONE_CTA_MAX_LEN == DSA_TOPK_ONE_CTA_MAX_LEN, "config.h states it for the host");
 #define TKS_CAND 4096          /* bin-b1 elements a CTA keeps in shared memory (composites) */
 #define TKS_OUT_BATCH 4     /* output lookups (block table) a thread keeps in flight */
 #define TKS_BATCH 4            /* shared-memory keys a thread loads before it uses them */
@@ -756,9 +794,48 @@ extern "C" int dsa_topk_launch(const dsa_topk_params *p, void *workspace, cudaSt
   const dim3 grid((unsigned)(((int64_t)max_len + TK_CHUNK - 1) / TK_CHUNK), (unsigned)rows);
   err = dsa_launch(topk_hist_kernel, grid, TK_THREADS, 0, stream, false, *p, ws);
   if (err != cudaSuccess) return (int)err;
-  err = dsa_launch(topk_filter_kernel, grid, TK_THREADS, 0, stream, false, *p, ws);
+  err = dsa_launch(topk_filter_kernel<false>, grid, TK_THREADS, 0, stream, false, *p, ws);
   if (err != cudaSuccess) return (int)err;
   static dsa_smem_cache chain_cache;
-  return (int)dsa_launch_smem(topk_resolve_kernel, &chain_cache, dim3((unsigned)rows), TK_RESOLVE_THREADS,
+  return (int)dsa_launch_smem(topk_resolve_kernel<0>, &chain_cache, dim3((unsigned)rows), TK_RESOLVE_THREADS,
                               tk_resolve_smem(), stream, false, *p, ws);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Deferred resolve (long rows whose scores do not all fit the workspace: dsa.c scores a group's
+ * tokens a chunk at a time into one buffer). Each chunk runs the chain's histogram and filter
+ * (bin b1 kept as composites) and resolves only rows whose bin overflowed the composites; the
+ * group's rows are resolved once at the end from the composites, without the scores. */
+
+/* rows [row0, ...) of a top-k workspace carved for ws_rows rows */
+static tk_ws tk_rows(void *workspace, int ws_rows, int row0) {
+  tk_ws w = tk_carve(workspace, ws_rows);
+  w.hist += (size_t)row0 * TK_HDR;
+  w.above += (size_t)row0 * DSA_MAX_TOPK;
+  w.cand += (size_t)row0 * TK_CAND_CAP;
+  return w;
+}
+
+extern "C" int dsa_topk_chunk_launch(const dsa_topk_params *p, void *workspace, int ws_rows, int row0,
+                                     cudaStream_t stream) {
+  const int rows = p->num_tokens;
+  if (rows <= 0) return 0;
+  const tk_ws ws = tk_rows(workspace, ws_rows, row0);
+  cudaError_t err = cudaMemsetAsync(ws.hist, 0, (size_t)rows * TK_HDR * 4, stream);
+  if (err != cudaSuccess || p->rows.max_len <= p->topk) return (int)err;
+  const dim3 grid((unsigned)(((int64_t)p->rows.max_len + TK_CHUNK - 1) / TK_CHUNK), (unsigned)rows);
+  err = dsa_launch(topk_hist_kernel, grid, TK_THREADS, 0, stream, false, *p, ws);
+  if (err != cudaSuccess) return (int)err;
+  err = dsa_launch(topk_filter_kernel<true>, grid, TK_THREADS, 0, stream, false, *p, ws);
+  if (err != cudaSuccess) return (int)err;
+  static dsa_smem_cache cache;
+  return (int)dsa_launch_smem(topk_resolve_kernel<1>, &cache, dim3((unsigned)rows), TK_RESOLVE_THREADS,
+                              tk_resolve_smem(), stream, false, *p, ws);
+}
+
+extern "C" int dsa_topk_final_launch(const dsa_topk_params *p, void *workspace, int ws_rows, cudaStream_t stream) {
+  if (p->num_tokens <= 0) return 0;
+  static dsa_smem_cache cache;
+  return (int)dsa_launch_smem(topk_resolve_kernel<2>, &cache, dim3((unsigned)p->num_tokens), TK_RESOLVE_THREADS,
+                              tk_resolve_smem(), stream, false, *p, tk_rows(workspace, ws_rows, 0));
 }

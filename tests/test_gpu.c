@@ -378,8 +378,21 @@ typedef struct {
   int exact_max_seq_len;  /* pass max_seq_len = the largest L instead of 0 */
   int lens_null;          /* topk_lens = NULL */
   int check_scores, check_determinism;
+  int ws_cap_mib;         /* > 0: DSA_INDEXER_WS_CAP_MIB for this case (reaches the deferred resolve) */
   uint64_t seed;
 } decode_case;
+
+/* The indexer's workspace cap for one case (0: the library's 64 MiB). Set at every case's start, so
+ * a case that aborted cannot leave its cap to the next. */
+static void set_ws_cap(int mib) {
+  if (mib > 0) {
+    char v[16];
+    snprintf(v, sizeof v, "%d", mib);
+    setenv("DSA_INDEXER_WS_CAP_MIB", v, 1);
+  } else {
+    unsetenv("DSA_INDEXER_WS_CAP_MIB");
+  }
+}
 
 typedef struct {
   const decode_case *c;
@@ -586,6 +599,7 @@ static void decode_run_topk(const decode_prob *p, void *ws, size_t wsb, int ws_b
 
 static void decode_case_run(const void *arg) {
   const decode_case *c = arg;
+  set_ws_cap(c->ws_cap_mib);
   decode_prob p;
   decode_build(c, &p);
   int64_t Ls;
@@ -649,6 +663,7 @@ typedef struct {
   int n_bad;              /* rows whose slot is outside the cache: num_slots + 17, -1, 2^40 */
   int bad_rows[3];
   int exact_max_rows;     /* pass max_rows = the longest range instead of 0 */
+  int ws_cap_mib;         /* > 0: DSA_INDEXER_WS_CAP_MIB for this case (reaches the deferred resolve) */
   uint64_t seed;
 } prefill_case;
 
@@ -743,6 +758,7 @@ static int prefill_row_bad(const prefill_prob *p, int64_t w) {
 
 static void prefill_case_run(const void *arg) {
   const prefill_case *c = arg;
+  set_ws_cap(c->ws_cap_mib);
   prefill_prob p;
   prefill_build(c, &p);
   const int T = p.T;
@@ -1765,6 +1781,17 @@ static const decode_case k_decode_cases[] = {
     {.name = "indexer decode H32 fp8-q f32-w topk2048 n1 long rows (multi-CTA top-k)", .H = 32, .q_fp8 = 1,
      .topk = 2048, .n = 1, .page_size = 64, .nreq = 3, .seq_lens = {140000, 3000, 135000}, .bad_pages = 1,
      .check_scores = 1, .seed = 108},
+    /* Deferred resolve (workspace capped at 4 MiB: a group of 12 requests scored 8 + 4 at a time):
+     * every key identical (L = 70000: the threshold bin overflows the composites, resolved in its
+     * chunk), four distinct keys (17,500 a value: overflows too), random rows around topk and L = 0. */
+    {.name = "indexer decode H32 fp8-q f32-w topk2048 n1 deferred resolve (4 MiB workspace), ties", .H = 32,
+     .q_fp8 = 1, .topk = 2048, .n = 1, .page_size = 64, .nreq = 12,
+     .seq_lens = {70000, 69000, 2049, 0, 45000, 70000, 2048, 60000, 41000, 100, 66000, 50000},
+     .ties = {1, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 1}, .bad_pages = 1, .ws_cap_mib = 4, .check_determinism = 1,
+     .seed = 109},
+    {.name = "indexer decode H64 bf16-q f32-w topk1024 n2 (MTP) deferred resolve (4 MiB workspace)", .H = 64,
+     .topk = 1024, .n = 2, .page_size = 64, .nreq = 7, .seq_lens = {50000, 43000, 1025, 48000, 20000, 50000, 44000},
+     .ws_cap_mib = 4, .seed = 110},
 };
 
 static const prefill_case k_prefill_cases[] = {
@@ -1787,6 +1814,11 @@ static const prefill_case k_prefill_cases[] = {
     {.name = "indexer prefill H64 bf16-q f32-w topk2048 12 causal tokens", .H = 64, .topk = 2048, .W = 20000,
      .n_causal = 12, .causal_end = 20000, .n_extra = 2, .xs = {100, 19000}, .xe = {2149, 20000}, .n_bad = 1,
      .bad_rows = {4000}, .seed = 206},
+    /* Deferred resolve (workspace capped at 6 MiB: two groups of 19 tokens, each scored 17 + 2 at a
+     * time), across the scorer's 16-token groups. */
+    {.name = "indexer prefill H32 fp8-q f32-w topk2048 38 tokens, deferred resolve (6 MiB workspace)", .H = 32,
+     .q_fp8 = 1, .topk = 2048, .W = 50000, .n_causal = 36, .causal_end = 50000, .n_extra = 2, .xs = {0, 100},
+     .xe = {2049, 45000}, .n_bad = 2, .bad_rows = {30, 42000}, .ws_cap_mib = 6, .seed = 207},
     {.name = "indexer prefill H8 bf16-q bf16-w topk100 chunk of 64 tokens, exact max_rows", .H = 8, .w_bf16 = 1,
      .topk = 100, .W = 1600, .n_causal = 64, .causal_end = 1500, .n_extra = 2, .xs = {10, 1550},
      .xe = {110, 1650}, .n_bad = 2, .bad_rows = {20, 700}, .exact_max_rows = 1, .seed = 203},

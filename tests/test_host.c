@@ -156,6 +156,65 @@ static void test_int_max_loops(void) {
         "status %lld, tokens %lld", st, g_dsa_stub.store_tokens);
 }
 
+/* The indexer's workspace stays within 64 MiB (dsa.h) at the shapes that used to need the most —
+ * 4096 prefill tokens against 1M rows (265 MiB before the deferred resolve), 64 decode requests
+ * at 1M, MTP 8 at 1M, one-CTA rows — and a call within it covers every token once (the stub
+ * launchers check each launch's order, rows and workspace bounds, deferred chunks and finals too). */
+static void test_indexer_workspace_cap(void) {
+  const size_t cap = (size_t)64 << 20;
+  g_dsa_stub.launch_budget = 0;
+  const int prefill_rows[] = {1 << 20, 131072, 40960, 40961};
+  for (int i = 0; i < 4; ++i) {
+    dsa_indexer_prefill_args a;
+    memset(&a, 0, sizeof a);
+    a.query = query();
+    a.cache = cache();
+    a.kv_workspace_slots = FAKE(0x400000000ull);
+    a.num_workspace_rows = prefill_rows[i] + 4096;
+    a.max_rows = prefill_rows[i];
+    a.row_starts = FAKE(0x500000000ull);
+    a.row_ends = FAKE(0x600000000ull);
+    a.num_tokens = 4096;
+    a.topk = 2048;
+    a.topk_indices = FAKE(0x700000000ull);
+    size_t bytes = 0;
+    dsa_status st = dsa_indexer_prefill_workspace_size(&a, &bytes);
+    check(st == DSA_OK && bytes <= cap, "prefill 4096 tokens: workspace <= 64 MiB", "rows %lld: %lld bytes",
+          prefill_rows[i], (long long)bytes);
+    dsa_stub_begin_call(FAKE(0x100000000000ull), bytes);
+    st = dsa_indexer_prefill(&a, FAKE(0x100000000000ull), bytes, 0);
+    check(st == DSA_OK && g_dsa_stub.violations == 0, "prefill 4096 tokens: launches within the workspace",
+          "rows %lld: status %lld", prefill_rows[i], st);
+    check(g_dsa_stub.topk_tokens == 4096 && g_dsa_stub.scores_tokens == 4096,
+          "prefill 4096 tokens: every token scored and selected once", "selected %lld, scored %lld",
+          g_dsa_stub.topk_tokens, g_dsa_stub.scores_tokens);
+  }
+  const int mtp[] = {1, 8, 3};
+  for (int i = 0; i < 3; ++i) {
+    dsa_indexer_decode_args d;
+    memset(&d, 0, sizeof d);
+    d.query = query();
+    d.cache = cache();
+    d.seq_lens = FAKE(0x400000000ull);
+    d.block_table = FAKE(0x500000000ull);
+    d.block_table_stride = 16384;
+    d.max_blocks_per_req = 16384; /* 1M positions */
+    d.q_len_per_req = mtp[i];
+    d.num_reqs = 64;
+    d.topk = 2048;
+    d.topk_indices = FAKE(0xa00000000ull);
+    size_t bytes = 0;
+    dsa_status st = dsa_indexer_decode_workspace_size(&d, &bytes);
+    check(st == DSA_OK && bytes <= cap, "decode 64 requests at 1M: workspace <= 64 MiB", "MTP %lld: %lld bytes",
+          mtp[i], (long long)bytes);
+    dsa_stub_begin_call(FAKE(0xb00000000ull), bytes);
+    st = dsa_indexer_decode(&d, FAKE(0xb00000000ull), bytes, 0);
+    check(st == DSA_OK && g_dsa_stub.violations == 0 && g_dsa_stub.topk_tokens == 64 * mtp[i],
+          "decode 64 requests at 1M: every token selected once within the workspace", "MTP %lld: selected %lld",
+          mtp[i], g_dsa_stub.topk_tokens);
+  }
+}
+
 /* A valid attention call on fake device pointers (the stub launchers never touch them). */
 static dsa_sparse_mla_args mla_args(int tokens, int heads, dsa_kv_format fmt) {
   dsa_sparse_mla_args a;
@@ -340,6 +399,7 @@ int main(void) {
   alarm(60);
   dsa_stub_init();
   test_int_max_loops();
+  test_indexer_workspace_cap();
   test_sm_count();
   test_mla_kernel_choice();
   test_device_errors();

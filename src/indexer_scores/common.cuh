@@ -1,9 +1,12 @@
 /*
  * indexer_scores/common.cuh — what every scoring kernel does the same way: a CTA's token group (each
  * token's scored length, first key coordinate, where its -inf tail starts), the range of key tiles
- * a CTA scores, the -inf tail of the scores-only calls, and (host) how tokens form groups.
+ * a CTA scores, the -inf tail of the scores-only calls, q's weights and bf16 rows, and (host) how
+ * tokens form groups.
  */
 #pragma once
+#include <cuda_bf16.h>
+
 #include "dsa_kernels.h"
 #include "ptx.cuh"
 #include "rows.cuh"
@@ -17,6 +20,38 @@ typedef struct {
   int fill[SC_MAX_T];  /* fill_tail: -inf from this position on (the visible length) */
   int any_negative_qscale;
 } sc_group;
+
+/* Token ta's weight for head h times the softmax scale (weights float32 or bf16, rows strided). */
+static __device__ __forceinline__ float sc_weight(const dsa_scores_params &p, long long ta, int h) {
+  const long long off = ta * p.q.weights_stride + h;
+  return (p.q.weights_dtype == DSA_DTYPE_F32 ? ((const float *)p.q.weights)[off]
+                                             : __bfloat162float(((const __nv_bfloat16 *)p.q.weights)[off])) *
+         p.q.softmax_scale;
+}
+
+/* bf16 q for f16 tensor cores: a lane's four values of a 128-dim row (raw: its 8 bytes) times the
+ * power of two 2^e that puts the row's amax in (2^13, 2^14] — f16 then holds every bf16 value of the
+ * row exactly (down to amax * 2^-27), and 128 products with |k| <= 448 stay far below f32's range;
+ * e = 0 for a zero or non-finite row. Returns 2^-e, which undoes it after the dot product. Every
+ * lane of the warp calls it (the amax is warp-wide). */
+static __device__ __forceinline__ float sc_bf16_row_scaled(uint2 raw, float v[4]) {
+  v[0] = __uint_as_float(raw.x << 16);
+  v[1] = __uint_as_float(raw.x & 0xffff0000u);
+  v[2] = __uint_as_float(raw.y << 16);
+  v[3] = __uint_as_float(raw.y & 0xffff0000u);
+  float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  int e = 0;
+  if (amax > 0.f && isfinite(amax)) {
+    int ex;
+    frexpf(amax, &ex); /* amax = f * 2^ex, f in [0.5, 1) */
+    e = min(max(14 - ex, -126), 100); /* keep 2^-e a finite, non-zero float */
+  }
+#pragma unroll
+  for (int i = 0; i < 4; i++) v[i] = ldexpf(v[i], e);
+  return ldexpf(1.f, -e);
+}
 
 /* Fills the group's lengths (threads 0..SC_MAX_T-1) and, after a barrier, returns in every thread
  * the union [*lo, *hi) of the key coordinates its tokens see (*hi <= *lo: none). */

@@ -91,10 +91,7 @@ static __device__ __forceinline__ void w2_stage_q(const dsa_scores_params &p, sc
         const long long row = (long long)ta * H + h;
         v[u] = *(const uint32_t *)((const uint8_t *)p.q.q + row * DSA_INDEX_HEAD_DIM + lane * 4);
         qscale[u] = p.q.q_scale[row];
-        const long long woff = (long long)ta * p.q.weights_stride + h;
-        w[u] = (p.q.weights_dtype == DSA_DTYPE_F32 ? ((const float *)p.q.weights)[woff]
-                                                   : __bfloat162float(((const __nv_bfloat16 *)p.q.weights)[woff])) *
-               p.q.softmax_scale;
+        w[u] = sc_weight(p, ta, h);
       }
     }
 #pragma unroll
@@ -128,41 +125,28 @@ static __device__ __forceinline__ void w2_stage_q_f16(const dsa_scores_params &p
   for (int n0 = warp; n0 < qrows; n0 += W2_QBATCH * nwarps) {
     uint2 raw[W2_QBATCH];
     float w[W2_QBATCH];
-    bool live[W2_QBATCH];
 #pragma unroll
     for (int u = 0; u < W2_QBATCH; u++) {
       const int n = n0 + u * nwarps;
       const int ti = n / HP, h = n % HP;
       const int ta = p.rows.token_begin + t0 + ti;
-      live[u] = n < qrows && ti < nt && h < H && grp->len[ti] > 0;
+      const bool live = n < qrows && ti < nt && h < H && grp->len[ti] > 0;
       raw[u] = make_uint2(0u, 0u);
       w[u] = 0.f;
-      if (live[u]) {
+      if (live) {
         const long long row = (long long)ta * H + h;
         raw[u] = *(const uint2 *)((const __nv_bfloat16 *)p.q.q + row * DSA_INDEX_HEAD_DIM + lane * 4);
-        const long long woff = (long long)ta * p.q.weights_stride + h;
-        w[u] = (p.q.weights_dtype == DSA_DTYPE_F32 ? ((const float *)p.q.weights)[woff]
-                                                   : __bfloat162float(((const __nv_bfloat16 *)p.q.weights)[woff])) *
-               p.q.softmax_scale;
+        w[u] = sc_weight(p, ta, h);
       }
     }
 #pragma unroll
     for (int u = 0; u < W2_QBATCH; u++) {
       const int n = n0 + u * nwarps;
       if (n >= qrows) break;
-      float v[4] = {__uint_as_float(raw[u].x << 16), __uint_as_float(raw[u].x & 0xffff0000u),
-                    __uint_as_float(raw[u].y << 16), __uint_as_float(raw[u].y & 0xffff0000u)};
-      float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-      int e = 0;
-      if (amax > 0.f && isfinite(amax)) {
-        int ex;
-        frexpf(amax, &ex); /* amax = f * 2^ex, f in [0.5, 1) */
-        e = min(max(14 - ex, -126), 100); /* keep 2^-e a finite, non-zero float */
-      }
-      const __half2 h01 = __floats2half2_rn(ldexpf(v[0], e), ldexpf(v[1], e));
-      const __half2 h23 = __floats2half2_rn(ldexpf(v[2], e), ldexpf(v[3], e));
+      float v[4];
+      const float qscale = sc_bf16_row_scaled(raw[u], v); /* 1 for a row not staged (zeros) */
+      const __half2 h01 = __floats2half2_rn(v[0], v[1]);
+      const __half2 h23 = __floats2half2_rn(v[2], v[3]);
       uint2 packed;
       packed.x = *(const uint32_t *)&h01;
       packed.y = *(const uint32_t *)&h23;
@@ -170,7 +154,6 @@ static __device__ __forceinline__ void w2_stage_q_f16(const dsa_scores_params &p
       *(uint2 *)(q_tile + (size_t)(lane >> 4) * qrows * W2_ROW + n * W2_ROW + ((((lane & 15) >> 1) ^ (n & 7)) << 4) +
                  (lane & 1) * 8) = packed;
       if (lane == 0) {
-        const float qscale = live[u] ? ldexpf(1.f, -e) : 1.f;
         wq_smem[n] = w[u] * qscale;
         w_smem[n] = w[u];
         qsc_smem[n] = qscale;
@@ -305,6 +288,21 @@ static __device__ __forceinline__ void w2_chunk_epilogue(const dsa_scores_params
   }
 }
 
+/* The chunk epilogue with FAST chosen at run time (once a chunk: both versions are unrolled). */
+template <int HP, int NC>
+static __device__ __forceinline__ void w2_chunk_epilogue_pick(bool fast, const dsa_scores_params &p, const sc_group *grp,
+                                                              const float (&acc)[NC / 2], const float *wq_smem,
+                                                              const float *w_smem, const float *qsc_smem, int chk,
+                                                              int nt, int t0, int x0, float ks0, float ks1, int ok0,
+                                                              int ok1, int r0, int r1, int c) {
+  if (fast)
+    w2_chunk_epilogue<HP, NC, true>(p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0, ok1, r0, r1,
+                                    c);
+  else
+    w2_chunk_epilogue<HP, NC, false>(p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0, ok1, r0,
+                                     r1, c);
+}
+
 /* One warpgroup's scores of the 64-key tile in stage `st` (key coordinates x0 ..): for each chunk of
  * NC of the group's (token, head) columns, D[64, NC] by four e4m3 wgmma, then the chunk's epilogue
  * (w2_chunk_epilogue); -inf for keys outside the cache; stores the keys each token sees. wi = warp
@@ -342,12 +340,8 @@ static __device__ __forceinline__ void w2_tile_scores(const dsa_scores_params &p
     ptx_wgmma_commit();
     ptx_wgmma_wait<0>();
     ptx_reg_fence(acc);
-    if (fast)
-      w2_chunk_epilogue<HP, NC, true>(p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0, ok1, r0,
-                                      r1, c);
-    else
-      w2_chunk_epilogue<HP, NC, false>(p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0, ok1,
-                                       r0, r1, c);
+    w2_chunk_epilogue_pick<HP, NC>(fast, p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0, ok1,
+                                   r0, r1, c);
   }
 }
 
@@ -369,11 +363,7 @@ static __device__ __forceinline__ void w2_tile_scores_f16(const dsa_scores_param
     w2_chunk_mma_f16<NC>(acc, kbuf, q_addr, qrows, chk);
     ptx_wgmma_wait<0>();
     ptx_reg_fence(acc);
-    if (fast)
-      w2_chunk_epilogue<HP, NC, true>(p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0, ok1, r0,
-                                      r1, c);
-    else
-      w2_chunk_epilogue<HP, NC, false>(p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0, ok1,
-                                       r0, r1, c);
+    w2_chunk_epilogue_pick<HP, NC>(fast, p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0, ok1,
+                                   r0, r1, c);
   }
 }

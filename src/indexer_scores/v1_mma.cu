@@ -150,25 +150,7 @@ __global__ void __launch_bounds__(SC_THREADS, ONE ? 2 : 1)
     if (live) {
       const long long qoff = ((long long)ta * H + h) * DSA_INDEX_HEAD_DIM + lane * 4;
       if (p.q.q_dtype == DSA_DTYPE_BF16) {
-        const uint2 raw = *(const uint2 *)((const __nv_bfloat16 *)p.q.q + qoff);
-        v[0] = __uint_as_float(raw.x << 16);
-        v[1] = __uint_as_float(raw.x & 0xffff0000u);
-        v[2] = __uint_as_float(raw.y << 16);
-        v[3] = __uint_as_float(raw.y & 0xffff0000u);
-        float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        /* 2^e with amax * 2^e in (2^13, 2^14]: f16 holds every bf16 value of the row exactly
-         * (down to amax * 2^-27), and 128 products with |k| <= 448 stay far below f32's range. */
-        int e = 0;
-        if (amax > 0.f && isfinite(amax)) {
-          int ex;
-          frexpf(amax, &ex); /* amax = f * 2^ex, f in [0.5, 1) */
-          e = min(max(14 - ex, -126), 100); /* keep 2^-e a finite, non-zero float */
-        }
-#pragma unroll
-        for (int i = 0; i < 4; i++) v[i] = ldexpf(v[i], e);
-        qscale = ldexpf(1.f, -e);
+        qscale = sc_bf16_row_scaled(*(const uint2 *)((const __nv_bfloat16 *)p.q.q + qoff), v); /* live: warp-uniform */
       } else {
         const uint32_t raw = *(const uint32_t *)((const uint8_t *)p.q.q + qoff);
         const uint32_t lo2 = e4m3x2_to_f16x2(raw & 0xffffu), hi2 = e4m3x2_to_f16x2(raw >> 16);
@@ -179,11 +161,7 @@ __global__ void __launch_bounds__(SC_THREADS, ONE ? 2 : 1)
         v[3] = __high2float(b);
         qscale = p.q.q_scale[(long long)ta * H + h];
       }
-      const long long woff = (long long)ta * p.q.weights_stride + h;
-      w = p.q.weights_dtype == DSA_DTYPE_F32
-              ? ((const float *)p.q.weights)[woff]
-              : __bfloat162float(((const __nv_bfloat16 *)p.q.weights)[woff]);
-      w *= p.q.softmax_scale;
+      w = sc_weight(p, ta, h);
     }
     __half2 h01 = __floats2half2_rn(v[0], v[1]), h23 = __floats2half2_rn(v[2], v[3]);
     uint2 packed;

@@ -24,7 +24,7 @@ void dsa_stub_begin_call(const void *ws, size_t ws_bytes) {
   s->ws_bytes = ws_bytes;
   s->launches = 0;
   s->budget_spent = 0;
-  s->scores_next = s->topk_next = 0;
+  s->scores_next = s->topk_next = s->chunk_next = 0;
   s->scores_tokens = s->topk_tokens = s->store_tokens = s->mla_tokens = 0;
   s->mla_splits = 0;
   s->mla_need = 0;
@@ -183,6 +183,63 @@ int dsa_topk_launch(const dsa_topk_params *p, void *workspace, cudaStream_t stre
               "top-k scratch overlaps the scores it reads");
     }
   }
+  REQUIRE(p->out && !misaligned(p->out, 4), "top-k out %p", (void *)p->out);
+  REQUIRE(!misaligned(p->out_lens, 4), "top-k out_lens %p", (void *)p->out_lens);
+  if ((e = count_launch())) return e;
+  s->topk_next += p->num_tokens;
+  s->chunk_next = s->topk_next;
+  s->topk_tokens += p->num_tokens;
+  return 0;
+}
+
+/* Deferred resolve: chunks of a group advance chunk_next over the group's rows, each reading its own
+ * scores beside (not over) the group's top-k scratch; the final launch covers the group once all
+ * its chunks ran. */
+int dsa_topk_chunk_launch(const dsa_topk_params *p, void *workspace, int ws_rows, int row0, cudaStream_t stream) {
+  (void)stream;
+  dsa_stub_state *s = &g_dsa_stub;
+  int e;
+  REQUIRE(ws_rows >= 1 && ws_rows <= DSA_TOPK_ROWS_PER_LAUNCH, "deferred group rows %d", ws_rows);
+  REQUIRE(p->num_tokens >= 1 && row0 >= 0 && row0 + p->num_tokens <= ws_rows, "deferred chunk rows %d at %d of %d",
+          p->num_tokens, row0, ws_rows);
+  REQUIRE(p->rows.max_len > DSA_TOPK_ONE_CTA_MAX_LEN, "deferred chunk with max_len %d", p->rows.max_len);
+  REQUIRE(p->topk >= 1 && p->topk <= DSA_MAX_TOPK, "top-k k %d", p->topk);
+  if ((e = check_rows(&p->rows, p->num_tokens))) return e;
+  REQUIRE(p->rows.token_begin == s->chunk_next, "deferred chunk begins at row %d, expected %lld", p->rows.token_begin,
+          (long long)s->chunk_next);
+  REQUIRE(p->rows.token_begin - row0 == s->topk_next, "deferred chunk's group begins at %d, expected %lld",
+          p->rows.token_begin - row0, (long long)s->topk_next);
+  const size_t need = dsa_topk_ws_layout(ws_rows).total;
+  REQUIRE(workspace && !misaligned(workspace, 256), "top-k workspace %p", workspace);
+  REQUIRE(in_workspace(workspace) && fits_workspace(workspace, need), "group top-k scratch (%zu bytes) outside the workspace",
+          need);
+  REQUIRE(p->scores && !misaligned(p->scores, 4) && p->scores_stride >= p->rows.max_len, "deferred chunk scores %p",
+          (const void *)p->scores);
+  if (in_workspace(p->scores)) {
+    const uint64_t bytes = ((uint64_t)(p->num_tokens - 1) * (uint64_t)p->scores_stride + (uint64_t)p->rows.max_len) * 4;
+    REQUIRE(fits_workspace(p->scores, bytes), "deferred chunk reads scores past the workspace");
+    REQUIRE((uintptr_t)p->scores + bytes <= (uintptr_t)workspace || (uintptr_t)workspace + need <= (uintptr_t)p->scores,
+            "group top-k scratch overlaps the chunk's scores");
+  }
+  REQUIRE(p->out && !misaligned(p->out, 4), "top-k out %p", (void *)p->out);
+  if ((e = count_launch())) return e;
+  s->chunk_next += p->num_tokens;
+  return 0;
+}
+
+int dsa_topk_final_launch(const dsa_topk_params *p, void *workspace, int ws_rows, cudaStream_t stream) {
+  (void)stream;
+  dsa_stub_state *s = &g_dsa_stub;
+  int e;
+  REQUIRE(p->num_tokens >= 1 && p->num_tokens <= ws_rows && ws_rows <= DSA_TOPK_ROWS_PER_LAUNCH,
+          "deferred final rows %d of %d", p->num_tokens, ws_rows);
+  if ((e = check_rows(&p->rows, p->num_tokens))) return e;
+  REQUIRE(p->rows.token_begin == s->topk_next, "deferred final begins at row %d, expected %lld", p->rows.token_begin,
+          (long long)s->topk_next);
+  REQUIRE(s->chunk_next == s->topk_next + p->num_tokens, "deferred final before its chunks (chunks reached %lld)",
+          (long long)s->chunk_next);
+  REQUIRE(workspace && in_workspace(workspace) && fits_workspace(workspace, dsa_topk_ws_layout(ws_rows).total),
+          "group top-k scratch outside the workspace");
   REQUIRE(p->out && !misaligned(p->out, 4), "top-k out %p", (void *)p->out);
   REQUIRE(!misaligned(p->out_lens, 4), "top-k out_lens %p", (void *)p->out_lens);
   if ((e = count_launch())) return e;

@@ -28,7 +28,8 @@ typedef struct {
   int64_t launches;
   int budget_spent;         /* a launch failed because the budget was spent */
   int64_t scores_next;      /* token_begin the next scores launch must have */
-  int64_t topk_next;        /* token_begin the next top-k launch must have */
+  int64_t topk_next;        /* token_begin the next top-k launch must have (final, for deferred) */
+  int64_t chunk_next;       /* token_begin the next deferred chunk top-k launch must have */
   int64_t scores_tokens;    /* tokens covered by scores launches */
   int64_t topk_tokens;      /* rows covered by top-k launches */
   int64_t store_tokens;
