@@ -131,16 +131,10 @@ __global__ void __launch_bounds__(W3_THREADS, SHARE ? 2 : 1)
     ptx_mbar_init(ptx_smem_u32(&full[tid]), TMA ? 33 : 64);
     ptx_mbar_init(ptx_smem_u32(&empty[tid]), 128); /* the consumer warpgroup's threads */
   }
-  /* Not needed for correctness (the barriers and q are disjoint; the sync below orders both before
-   * any use): it separates the two writes in time for racecheck, which reported them as a race. */
+  /* The barriers' initialisation, for every role. The producers then start filling the ring while
+   * the consumer warps alone stage q (its load latency overlaps the first lookups and copies: what a
+   * one-tile decode CTA waits for); the consumers meet on named barrier 1 before any wgmma. */
   __syncthreads();
-  if constexpr (F16)
-    w2_stage_q_f16<HP>(p, grp, q_tile, wq_smem, w_smem, qsc_smem, qrows, nt, t0, warp, W3_THREADS / 32, lane);
-  else
-    w2_stage_q<HP>(p, grp, q_tile, wq_smem, w_smem, qsc_smem, qrows, nt, t0, warp, W3_THREADS / 32, lane);
-  ptx_fence_proxy_async_smem(); /* q's generic stores before wgmma reads them */
-  __syncthreads();              /* q, weights and the barriers' initialisation, for every role */
-  const bool qscale_nonneg = grp->any_negative_qscale == 0;
 
   if (warp < 4) {
     /* ---- producer warp `warp`: tiles warp, warp + 4, ... ---- */
@@ -202,7 +196,15 @@ __global__ void __launch_bounds__(W3_THREADS, SHARE ? 2 : 1)
     }
     }
   } else {
-    /* ---- consumer warpgroup g: tiles g, g + 3, ... ---- */
+    /* ---- consumer warps: q and weights, then warpgroup g: tiles g, g + 3, ... ---- */
+    constexpr int CW = 4 * W3_CONSUMERS; /* consumer warps */
+    if constexpr (F16)
+      w2_stage_q_f16<HP>(p, grp, q_tile, wq_smem, w_smem, qsc_smem, qrows, nt, t0, warp - 4, CW, lane);
+    else
+      w2_stage_q<HP>(p, grp, q_tile, wq_smem, w_smem, qsc_smem, qrows, nt, t0, warp - 4, CW, lane);
+    ptx_fence_proxy_async_smem(); /* q's generic stores before wgmma reads them */
+    ptx_bar_sync(1, 32 * CW);     /* every consumer's rows (and any_negative_qscale) staged */
+    const bool qscale_nonneg = grp->any_negative_qscale == 0;
     if constexpr (!SHARE) ptx_setmaxnreg_inc<144>();
     const int g = (warp >> 2) - 1, wi = warp & 3;
     const uint32_t q_addr = ptx_smem_u32(q_tile);
