@@ -351,6 +351,13 @@ static int topk_cluster_allowed(void) {
   return n < 0 ? 0 : n > 64 ? 64 : n;
 }
 
+/* DSA_TOPK_SMALL=0 sends rows up to 16,384 to the slices kernel instead of the one-CTA register
+ * kernel (tests of both, comparisons). */
+static int topk_small_allowed(void) {
+  const char *e = getenv("DSA_TOPK_SMALL");
+  return !(e && strcmp(e, "0") == 0);
+}
+
 /* Scores + top-k over num_tokens tokens in chunks of plan.chunk. */
 static dsa_status run_indexer(const char *fn, const dsa_indexer_query *q, const dsa_index_k_cache *c,
                               dsa_rows rows, int num_tokens, int topk, int max_len, int32_t *out,
@@ -389,6 +396,7 @@ static dsa_status run_indexer(const char *fn, const dsa_indexer_query *q, const 
     tp.out_lens = lens ? lens + t0 : NULL;
     tp.num_sms = sms;
     tp.allow_cluster = topk_cluster_allowed();
+    tp.allow_small = topk_small_allowed();
     CHECK(cuda_status(fn, dsa_topk_launch(&tp, topk_ws, stream)));
   }
   return DSA_OK;
@@ -553,6 +561,7 @@ dsa_status dsa_topk(const dsa_topk_args *a, void *ws, size_t ws_bytes, cudaStrea
     tp.out_lens = a->lens ? a->lens + r0 : NULL;
     tp.num_sms = sms;
     tp.allow_cluster = topk_cluster_allowed();
+    tp.allow_small = topk_small_allowed();
     CHECK(cuda_status(fn, dsa_topk_launch(&tp, ws, stream)));
   }
   return DSA_OK;
