@@ -412,6 +412,13 @@ static int topk_cluster_allowed(void) {
   return n < 0 ? 0 : n > 64 ? 64 : n;
 }
 
+/* DSA_TOPK_SMALL=0 sends rows up to 16,384 to the slices kernel instead of the one-CTA register
+ * kernel (tests of both, comparisons). */
+static int topk_small_allowed(void) {
+  const char *e = getenv("DSA_TOPK_SMALL");
+  return !(e && strcmp(e, "0") == 0);
+}
+
 /* Top-k of tokens [t0, t0 + n) of an indexer call: their rows, outputs and lengths (no scores). */
 static dsa_topk_params topk_rows(dsa_rows rows, int t0, int n, int topk, int32_t *out, int32_t *lens, int sms) {
   dsa_topk_params tp;
@@ -460,6 +467,7 @@ static dsa_status run_indexer(const char *fn, const dsa_indexer_query *q, const 
       tp.scores = scores;
       tp.scores_stride = plan->stride;
       tp.allow_cluster = topk_cluster_allowed();
+      tp.allow_small = topk_small_allowed();
       if (plan->deferred)
         CHECK(cuda_status(fn, dsa_topk_chunk_launch(&tp, topk_ws, plan->group, (int)(t0 - g0), stream)));
       else
@@ -632,6 +640,7 @@ dsa_status dsa_topk(const dsa_topk_args *a, void *ws, size_t ws_bytes, cudaStrea
     tp.out_lens = a->lens ? a->lens + r0 : NULL;
     tp.num_sms = sms;
     tp.allow_cluster = topk_cluster_allowed();
+    tp.allow_small = topk_small_allowed();
     CHECK(cuda_status(fn, dsa_topk_launch(&tp, ws, stream)));
   }
   return DSA_OK;

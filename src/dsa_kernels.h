@@ -149,6 +149,8 @@ typedef struct {
   int num_sms;             /* of the current device: few long rows go to one cluster each */
   int allow_cluster;       /* 0: never the cluster path (DSA_TOPK_CLUSTER=0, tests of the chain);
                               N >= 1: clusters while rows x C <= N x SMs (DSA_TOPK_CLUSTER=N, default 1) */
+  int allow_small;         /* 1: rows up to 16,384 on the one-CTA register kernel (default; 0 with
+                              DSA_TOPK_SMALL=0: the slices kernel, for tests and comparisons) */
 } dsa_topk_params;
 /* workspace: dsa_topk_ws_layout(num_tokens).total bytes. */
 int dsa_topk_launch(const dsa_topk_params *p, void *workspace, cudaStream_t stream);

@@ -1855,6 +1855,16 @@ static const topk_case k_topk_cases[] = {
      .seed = 309},
     {.name = "topk 2048: 140 rows of up to 40960, one CTA each", .num_rows = 140, .max_len = 40960, .topk = 2048,
      .stride_extra = 5, .rand_rows = 1, .seed = 310},
+    /* the one-CTA register kernel (rows <= 16,384): 16 keys a thread (max_len 16384, odd stride: rows
+     * start unaligned, scalar loads), every kind, lengths around topk and the thread boundaries */
+    {.name = "topk 2048: small-row kernel, 16 keys a thread (max_len 16384, odd stride)", .num_rows = 12,
+     .max_len = 16384, .topk = 2048, .stride_extra = 7,
+     .len = {16384, 2049, 2048, 0, 16383, 9000, 8193, 12000, 4097, 16384, 3000, 10000},
+     .kind = {R_RANDOM, R_RANDOM, R_RANDOM, R_RANDOM, R_EQUAL, R_FEW, R_NAN_INF, R_MOSTLY_NAN, R_NARROW, R_NEG,
+              R_ALL_NAN, R_RANDOM},
+     .seed = 311},
+    {.name = "topk 1024: small-row kernel, 8 keys a thread, aligned rows (max_len 8192), 200 rows", .num_rows = 200,
+     .max_len = 8192, .topk = 1024, .rand_rows = 1, .seed = 312},
 };
 
 static const mla_case k_mla_cases[] = {
