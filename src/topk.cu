@@ -213,6 +213,8 @@ __global__ void __launch_bounds__(TK_THREADS) topk_filter_kernel(const dsa_topk_
   __shared__ int s_above[DSA_MAX_TOPK];
   __shared__ int s_cand[TK_CHUNK];
   __shared__ int cnt[2], base[2];
+  /* a programmatic dependent of the histogram step: nothing read before its writes are visible */
+  ptx_griddep_wait();
   const int row = blockIdx.y, tid = threadIdx.x;
   const int L = rows_len(p.rows, row);
   const int start = blockIdx.x * TK_CHUNK;
@@ -299,6 +301,8 @@ __global__ void __launch_bounds__(TK_RESOLVE_THREADS, 1) topk_resolve_kernel(con
   typename tk_sort::TempStorage *sort_tmp = (typename tk_sort::TempStorage *)(sel + DSA_MAX_TOPK);
 
   __shared__ int row_len_s;
+  /* a programmatic dependent of the filter (or, deferred final, of the last chunk's step) */
+  ptx_griddep_wait();
   const int row = blockIdx.x, tid = threadIdx.x;
   const uint32_t *gh = ws.hist + (size_t)row * TK_HDR;
   /* Phase 2 skips a row phase 1 resolved before reading its length (lens may alias a length input
@@ -946,11 +950,11 @@ extern "C" int dsa_topk_launch(const dsa_topk_params *p, void *workspace, cudaSt
   const dim3 grid((unsigned)(((int64_t)max_len + TK_CHUNK - 1) / TK_CHUNK), (unsigned)rows);
   err = dsa_launch(topk_hist_kernel, grid, TK_THREADS, 0, stream, false, *p, ws);
   if (err != cudaSuccess) return (int)err;
-  err = dsa_launch(topk_filter_kernel<false>, grid, TK_THREADS, 0, stream, false, *p, ws);
+  err = dsa_launch(topk_filter_kernel<false>, grid, TK_THREADS, 0, stream, true, *p, ws);
   if (err != cudaSuccess) return (int)err;
   static dsa_smem_cache chain_cache;
   return (int)dsa_launch_smem(topk_resolve_kernel<0>, &chain_cache, dim3((unsigned)rows), TK_RESOLVE_THREADS,
-                              tk_resolve_smem(), stream, false, *p, ws);
+                              tk_resolve_smem(), stream, true, *p, ws);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -978,16 +982,16 @@ extern "C" int dsa_topk_chunk_launch(const dsa_topk_params *p, void *workspace, 
   const dim3 grid((unsigned)(((int64_t)p->rows.max_len + TK_CHUNK - 1) / TK_CHUNK), (unsigned)rows);
   err = dsa_launch(topk_hist_kernel, grid, TK_THREADS, 0, stream, false, *p, ws);
   if (err != cudaSuccess) return (int)err;
-  err = dsa_launch(topk_filter_kernel<true>, grid, TK_THREADS, 0, stream, false, *p, ws);
+  err = dsa_launch(topk_filter_kernel<true>, grid, TK_THREADS, 0, stream, true, *p, ws);
   if (err != cudaSuccess) return (int)err;
   static dsa_smem_cache cache;
   return (int)dsa_launch_smem(topk_resolve_kernel<1>, &cache, dim3((unsigned)rows), TK_RESOLVE_THREADS,
-                              tk_resolve_smem(), stream, false, *p, ws);
+                              tk_resolve_smem(), stream, true, *p, ws);
 }
 
 extern "C" int dsa_topk_final_launch(const dsa_topk_params *p, void *workspace, int ws_rows, cudaStream_t stream) {
   if (p->num_tokens <= 0) return 0;
   static dsa_smem_cache cache;
   return (int)dsa_launch_smem(topk_resolve_kernel<2>, &cache, dim3((unsigned)p->num_tokens), TK_RESOLVE_THREADS,
-                              tk_resolve_smem(), stream, false, *p, tk_rows(workspace, ws_rows, 0));
+                              tk_resolve_smem(), stream, true, *p, tk_rows(workspace, ws_rows, 0));
 }
