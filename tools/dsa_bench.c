@@ -1059,6 +1059,7 @@ typedef struct {
   const char *shape;       /* attn rows: the shape's name */
   int batch, q_len, tokens, heads;
   int64_t S, candidates, scored, selected;
+  int64_t indexer_ws;      /* bytes of workspace the indexer call asked for (0: no indexer) */
   double ms_scores, ms_indexer, ms_topk, ms_attn, ms_total; /* < 0: not measured */
   char timing[4];          /* scores, indexer, attention: 'g', 'p' or '-' */
   int gate_timeouts;
@@ -1416,6 +1417,7 @@ static void run_decode_row(bench *b, row_result *row, table_kind tbl, int B, int
   dsa_sparse_mla_args m = attn_args(b, T, H, 0);
   size_t ws_i = 0;
   DSA_CK(dsa_indexer_decode_workspace_size(&a, &ws_i));
+  row->indexer_ws = (int64_t)ws_i;
   ensure_ws(&b->d_ws_idx, &b->ws_idx_cap, ws_i);
   stage at0 = attn_stage(b, &m);
   /* --cold: replicas 1..K-1 read other pages of the pool, their own q copies, their own top-k */
@@ -1491,6 +1493,7 @@ static void run_prefill_row(bench *b, row_result *row, int64_t S) {
   dsa_sparse_mla_args m = attn_args(b, T, H, 0);
   size_t ws_i = 0;
   DSA_CK(dsa_indexer_prefill_workspace_size(&a, &ws_i));
+  row->indexer_ws = (int64_t)ws_i;
   ensure_ws(&b->d_ws_idx, &b->ws_idx_cap, ws_i);
   stage at0 = attn_stage(b, &m);
   /* --cold: replicas 1..K-1 gather request 0's context from other pages of the pool */
@@ -1585,6 +1588,7 @@ static void run_serve_attn_row(bench *b, row_result *row, int64_t S) {
   dsa_sparse_mla_args m = attn_args(b, T, H, 0);
   size_t ws_i = 0;
   DSA_CK(dsa_indexer_decode_workspace_size(&a, &ws_i));
+  row->indexer_ws = (int64_t)ws_i;
   ensure_ws(&b->d_ws_idx, &b->ws_idx_cap, ws_i);
   stage ix = {ST_DEC_INDEXER, &a, b->d_ws_idx, ws_i};
   stage at0 = attn_stage(b, &m);
@@ -1904,9 +1908,9 @@ static void write_json(const bench *b, const row_result *rows, int n, const char
     json_str(f, r->shape ? r->shape : "");
     fprintf(f, ", \"S\": %lld, \"batch\": %d, \"q_len\": %d, \"tokens\": %d, "
                "\"heads\": %d, \"candidates\": %lld, \"scored_candidates\": %lld, "
-               "\"selected\": %lld",
+               "\"selected\": %lld, \"indexer_workspace_bytes\": %lld",
             (long long)r->S, r->batch, r->q_len, r->tokens, r->heads,
-            (long long)r->candidates, (long long)r->scored, (long long)r->selected);
+            (long long)r->candidates, (long long)r->scored, (long long)r->selected, (long long)r->indexer_ws);
     fprintf(f, ", \"scores_ms\": ");
     json_num(f, r->ms_scores, r->ms_scores >= 0);
     fprintf(f, ", \"indexer_ms\": ");
