@@ -220,6 +220,7 @@ typedef struct {
   int q_fp8, kv_fp8;
   int index_heads, heads, topk;
   int batch, mtp;
+  int prefill_tokens; /* glm prefill: query tokens at the end of the context (default 64) */
   int iters, warmup;
   int check, gate, device, cold;
   int do_decode, do_prefill;
@@ -258,6 +259,9 @@ static void usage(FILE *f) {
 "  --batch B              glm decode: requests, each with its own S-token context (default 1)\n"
 "  --mtp N                query tokens per request in decode, 1..8 (default 1); token j of n\n"
 "                         sees S-(n-1)+j positions\n"
+"  --prefill-tokens N     glm prefill: N query tokens at the end of the context (default 64, the\n"
+"                         reference's; token j sees S-(N-1)+j rows), e.g. 4096 for a chunked-prefill\n"
+"                         step; the Gluon / Triton columns only at 64\n"
 "  --sizes LIST           context lengths S, comma separated; k = 1024, M = 1048576\n"
 "                         glm default 512,1k,2k,8k,16k,32k,64k,90000,128k,256k,512k,1M (the\n"
 "                         reference table's 90k row is 90,000 tokens);\n"
@@ -357,6 +361,7 @@ static void parse_args(int argc, char **argv, options *o) {
   o->topk = 2048;
   o->batch = 1;
   o->mtp = 1;
+  o->prefill_tokens = PREFILL_TOKENS;
   o->iters = 100;
   o->warmup = 20;
   o->gate = 1;
@@ -410,6 +415,9 @@ static void parse_args(int argc, char **argv, options *o) {
     } else if (!strcmp(a, "--mtp")) {
       NEED_VALUE();
       o->mtp = parse_int(v, 1, DSA_MAX_Q_LEN_PER_REQ, a);
+    } else if (!strcmp(a, "--prefill-tokens")) {
+      NEED_VALUE();
+      o->prefill_tokens = parse_int(v, 1, 65536, a);
     } else if (!strcmp(a, "--sizes")) {
       NEED_VALUE();
       o->nsizes = parse_list(v, a, o->sizes, MAX_SIZES, 1);
@@ -863,7 +871,7 @@ static dsa_indexer_prefill_args prefill_args(const bench *b, int64_t S, int host
   a.num_workspace_rows = S;
   a.row_starts = host ? b->h_row_starts : b->d_row_starts;
   a.row_ends = host ? b->h_row_ends : b->d_row_ends;
-  a.num_tokens = PREFILL_TOKENS;
+  a.num_tokens = b->o.prefill_tokens;
   a.max_rows = (int)S;
   a.topk = b->o.topk;
   a.output_global_slots = 1;
@@ -1311,8 +1319,9 @@ static void check_decode(bench *b, row_result *row, int B, int64_t S, int sample
 static void check_prefill(bench *b, row_result *row, int64_t S) {
   double t0 = now_s();
   check_state c = {0, ""};
-  const int toks[3] = {0, PREFILL_TOKENS / 2 - 1, PREFILL_TOKENS - 1};
-  copy_topk_back(b, PREFILL_TOKENS);
+  const int T = b->o.prefill_tokens;
+  const int toks[3] = {0, T / 2 > 0 ? T / 2 - 1 : 0, T - 1};
+  copy_topk_back(b, T);
   double *ref = xmalloc(sizeof(double) * (size_t)S);
   map_pages(b, 0, ceil_div(S, PAGE), 1);
   for (int k = 0; k < 3 && !c.fails; k++) {
@@ -1465,7 +1474,7 @@ static void run_decode_row(bench *b, row_result *row, table_kind tbl, int B, int
 
 static void run_prefill_row(bench *b, row_result *row, int64_t S) {
   const options *o = &b->o;
-  int T = PREFILL_TOKENS, H = o->heads;
+  int T = o->prefill_tokens, H = o->heads;
   row_init(row, TBL_PREFILL);
   row->batch = 1;
   row->q_len = T;
@@ -1541,7 +1550,7 @@ static void run_prefill_row(bench *b, row_result *row, int64_t S) {
   free(ix);
   free(at);
   set_floors(b, row, row->scored > 0 ? S : 0);
-  const ref_point *rp = find_ref(S);
+  const ref_point *rp = o->prefill_tokens == PREFILL_TOKENS ? find_ref(S) : NULL; /* the reference's shape */
   if (rp) {
     row->gluon_ms = rp->pre_gluon;
     row->triton_ms = rp->pre_triton;
@@ -1883,12 +1892,12 @@ static void write_json(const bench *b, const row_result *rows, int n, const char
           date);
   fprintf(f, "  \"options\": {\"mode\": \"%s\", \"q_dtype\": \"%s\", \"kv\": \"%s\", \"heads\": %d, "
              "\"index_heads\": %d, \"index_head_dim\": %d, \"topk\": %d, \"page_size\": %d, "
-             "\"batch\": %d, \"mtp\": %d, \"iters\": %d, \"warmup\": %d, \"check\": %s, "
+             "\"batch\": %d, \"mtp\": %d, \"prefill_tokens\": %d, \"iters\": %d, \"warmup\": %d, \"check\": %s, "
              "\"gate\": %s, \"cold\": %s, \"seed\": %llu, \"device\": %d, "
              "\"index_softmax_scale\": %.9g, \"attn_softmax_scale\": %.9g, \"sizes\": [",
           o->mode == MODE_GLM ? "glm" : o->mode == MODE_SERVE ? "serve" : "attn", o->q_fp8 ? "fp8" : "bf16",
           o->kv_fp8 ? "fp8" : "bf16",
-          o->heads, o->index_heads, IDX_DIM, o->topk, PAGE, o->batch, o->mtp, o->iters, o->warmup,
+          o->heads, o->index_heads, IDX_DIM, o->topk, PAGE, o->batch, o->mtp, o->prefill_tokens, o->iters, o->warmup,
           o->check ? "true" : "false", o->gate ? "true" : "false", o->cold ? "true" : "false",
           (unsigned long long)o->seed,
           o->device, 1.0 / sqrt((double)IDX_DIM * o->index_heads), (double)ATTN_SCALE);
@@ -1968,8 +1977,8 @@ int main(int argc, char **argv) {
 
   if (o->mode == MODE_GLM) {
     int dec_T = o->do_decode ? o->batch * o->mtp : 0;
-    int max_T = (int)imax64(dec_T, o->do_prefill ? PREFILL_TOKENS : 0);
-    size_t scores = (size_t)imax64((int64_t)dec_T * max_S, o->do_prefill ? PREFILL_TOKENS * max_S : 0);
+    int max_T = (int)imax64(dec_T, o->do_prefill ? o->prefill_tokens : 0);
+    size_t scores = (size_t)imax64((int64_t)dec_T * max_S, o->do_prefill ? (int64_t)o->prefill_tokens * max_S : 0);
     rows = xmalloc(sizeof(row_result) * (size_t)(2 * o->nsizes));
     printf("dsa-bench glm on %s (dsa %s)\n", b.dev_name, dsa_version());
     setup(&b, o->do_decode ? o->batch : 1, max_S, max_T, o->heads, scores);
@@ -1980,9 +1989,9 @@ int main(int argc, char **argv) {
       }
     if (o->do_prefill)
       for (int i = 0; i < o->nsizes; i++) {
-        if (o->sizes[i] < PREFILL_TOKENS) {
+        if (o->sizes[i] < o->prefill_tokens) {
           printf("prefill S=%lld skipped: shorter than the %d query tokens\n",
-                 (long long)o->sizes[i], PREFILL_TOKENS);
+                 (long long)o->sizes[i], o->prefill_tokens);
           continue;
         }
         run_prefill_row(&b, &rows[nrows], o->sizes[i]);
@@ -2048,7 +2057,8 @@ int main(int argc, char **argv) {
   } else if (o->mode == MODE_GLM) {
     snprintf(cfg, sizeof cfg, "decode %d req x %d token", o->batch, o->mtp);
     print_stage_table(&b, cfg, rows, nrows, TBL_DECODE);
-    print_stage_table(&b, "prefill 64 tokens at the end of S", rows, nrows, TBL_PREFILL);
+    snprintf(cfg, sizeof cfg, "prefill %d tokens at the end of S", o->prefill_tokens);
+    print_stage_table(&b, cfg, rows, nrows, TBL_PREFILL);
   } else {
     snprintf(cfg, sizeof cfg, "serve decode B req x %d token", o->mtp);
     print_stage_table(&b, cfg, rows, nrows, TBL_SERVE_DECODE);
