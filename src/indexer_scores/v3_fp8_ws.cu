@@ -1,7 +1,7 @@
 /*
- * indexer_scores/v3_fp8_ws.cu — stage 1 of DSA for FP8 q, warp-specialised: the same math and tile
- * as v2 (fp8_tile.cuh: e4m3 x e4m3 wgmma on the cache bytes, 64 keys a tile), with the copies taken
- * off the warps that compute.
+ * indexer_scores/v3_fp8_ws.cu — stage 1 of DSA, warp-specialised: the same math and tile as v2
+ * (fp8_tile.cuh: e4m3 x e4m3 wgmma on the cache bytes, 64 keys a tile), with the copies taken off
+ * the warps that compute; bf16 q on f16 wgmma and decode pages by TMA (v3t) are described below.
  *
  * Per CTA (four warpgroups, 512 threads): a group of T tokens, a contiguous range of 64-key tiles.
  *   producer   warpgroup 0: warp w owns tiles w, w + 4, ... of the range — its lookups (block table
@@ -20,9 +20,10 @@
  * (setmaxnreg 56 / 144).
  *
  * bf16 q (F16; the bf16-q prefill default: 1.29 ms at 1M against v1's 1.96): q staged times a
- * power of two into f16 (exact, as v1), two K-atoms a row; a consumer warpgroup converts its tile's e4m3 keys to f16 in
- * its own 16 KB buffer (exact), releases the stage at once, then f16 wgmma (k16, eight steps a
- * chunk); the epilogue is the FP8 path's. 8 tokens a prefill group (q rows are 256 B).
+ * power of two into f16 (exact, as v1), two K-atoms a row; a consumer warpgroup converts its
+ * tile's e4m3 keys to f16 in its own 16 KB buffer (exact), releases the stage at once, then f16
+ * wgmma (k16, eight steps a chunk); the epilogue is the FP8 path's. 8 tokens a prefill group (q
+ * rows are 256 B).
  */
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -60,9 +61,8 @@ static_assert(W3_NS_SHARE % W3_CONSUMERS == 0, "stage s: consumer s % 3");
 static __host__ __device__ constexpr int w3_ns(bool share) { return share ? W3_NS_SHARE : W3_NS; }
 
 /* Shared memory: full[NS], empty[NS] mbarriers | the group | (aligned to 1024) q tile | NS stages |
- * wq, w, qsc [qrows]. The barriers sit first, at one offset in every instantiation, apart from
- * anything staged (moved there against a racecheck report of q stores over barriers; the report
- * persists, docs/PERF.md). */
+ * wq, w, qsc [qrows] (F16: the consumers' key buffers before wq). The barriers sit first, at one
+ * offset in every instantiation, apart from anything staged. */
 static size_t w3_smem_bytes(int qrows, bool f16, int ns) {
   return 2 * ns * 8 + sizeof(sc_group) + 1024 + (size_t)w2_q_bytes(qrows) * (f16 ? 2 : 1) +
          (size_t)ns * W2_WG_STAGE + (f16 ? (size_t)W3_CONSUMERS * W2_F16_KEYS : 0) + (size_t)3 * qrows * 4 + 16;
