@@ -44,7 +44,7 @@ dsa_gpu_test(dsa.gpu_garbage_v3 test_gpu_garbage "DSA_MLA_KERNEL=v3;DSA_TEST_ONL
 dsa_gpu_test(dsa.gpu_topk_chain test_gpu "DSA_TOPK_CLUSTER=0")
 # rows up to 16,384 on the slices kernel instead of the one-CTA register kernel
 dsa_gpu_test(dsa.gpu_topk_slices test_gpu "DSA_TOPK_SMALL=0")
-# the indexer cases on each scorer forced (default: v3 for FP8-q prefill, v1 otherwise)
+# the indexer cases on each scorer forced (default: v3 for prefill, v3t for FP8-q decode with 64-key pages, v1 otherwise)
 dsa_gpu_test(dsa.gpu_scores_v1 test_gpu "DSA_INDEXER_KERNEL=v1;DSA_TEST_ONLY=indexer")
 dsa_gpu_test(dsa.gpu_scores_v2 test_gpu "DSA_INDEXER_KERNEL=v2;DSA_TEST_ONLY=indexer")
 dsa_gpu_test(dsa.gpu_scores_v3 test_gpu "DSA_INDEXER_KERNEL=v3;DSA_TEST_ONLY=indexer")
