@@ -150,12 +150,15 @@ typedef struct {
  * Output: topk_indices[t, 0..topk) = global slots of the selected positions (order unspecified but
  * deterministic), -1 past lens[t] = min(topk, L). A position whose page id is outside
  * [0, num_pages) scores -inf and is reported as -1 if selected.
- * Workspace: at most 64 MiB in all (scores of as many tokens as fit, ~144 KiB of top-k scratch a
- * token for at most 256 tokens at a time; rows longer than 40,960 whose scores do not all fit are
- * scored a chunk at a time and their top-k resolved once a group), unless one request's tokens
- * alone need more: q_len_per_req * (max_len * 4 bytes + ~144 KiB), max_len = the clamp on L above
- * (8 MTP tokens at 1M: 33 MiB, fits; one token at 16M positions: 64.1 MiB). Nothing is scored (and
- * no score scratch is needed) when every L <= topk.
+ * Workspace: scores of as many tokens as fit in 256 MiB (at least one request's) and ~144 KiB of
+ * top-k scratch a token for at most 256 tokens at a time: the fastest plan, up to ~292 MiB.
+ * workspace_limit > 0 asks for at most that many bytes: the fastest plan is kept when it fits;
+ * otherwise rows longer than 40,960 are scored a chunk of tokens at a time and their top-k resolved
+ * once a group (slower: on the H200, 64 requests x 1M with a 64 MiB limit: top-k 0.54 ms against
+ * 0.26 without). The limit is exceeded only where one request's tokens alone need more:
+ * q_len_per_req * (max_len * 4 bytes + ~144 KiB), max_len = the clamp on L above (8 MTP tokens at
+ * 1M: 33 MiB, fits; one token at 16M positions: 64.1 MiB). Nothing is scored (and no score scratch
+ * is needed) when every L <= topk. The workspace-size call takes the same args (limit included).
  */
 typedef struct {
   dsa_indexer_query query;
@@ -170,6 +173,7 @@ typedef struct {
   int topk;                      /* 1..2048 */
   int32_t *topk_indices;         /* [num_reqs * q_len_per_req, topk] */
   int32_t *topk_lens;            /* [num_tokens] or NULL */
+  size_t workspace_limit;        /* bytes; 0 = the fastest plan (see Workspace above) */
 } dsa_indexer_decode_args;
 
 DSA_API dsa_status dsa_indexer_decode_workspace_size(const dsa_indexer_decode_args *args, size_t *bytes);
@@ -197,9 +201,9 @@ DSA_API dsa_status dsa_indexer_decode_scores(const dsa_indexer_decode_scores_arg
  * Output per token: positions as absolute workspace rows (output_global_slots = 0, the reference
  * contract) or as global slots (output_global_slots = 1: what attention consumes); -1 past lens.
  * A row whose slot is outside the cache scores -inf and, as a global slot, is reported as -1.
- * Workspace: as decode, a token at a time: at most 64 MiB unless one token's rows alone need more
- * (max_len * 4 bytes + ~144 KiB); 4096 tokens against 1M rows: 62 MiB (groups of 128 tokens scored
- * 11 at a time).
+ * Workspace: as decode, a token at a time (one token's rows: max_len * 4 bytes + ~144 KiB). 4096
+ * tokens against 1M rows: 265 MiB by default; 62 MiB with workspace_limit = 64 MiB (groups of 128
+ * tokens scored 11 at a time), at the cost decode states.
  */
 typedef struct {
   dsa_indexer_query query;
@@ -214,6 +218,7 @@ typedef struct {
   int output_global_slots;
   int32_t *topk_indices;             /* [num_tokens, topk] */
   int32_t *topk_lens;                /* [num_tokens] or NULL */
+  size_t workspace_limit;            /* bytes; 0 = the fastest plan (as decode) */
 } dsa_indexer_prefill_args;
 
 DSA_API dsa_status dsa_indexer_prefill_workspace_size(const dsa_indexer_prefill_args *args, size_t *bytes);

@@ -9,11 +9,11 @@
 #include <stdint.h>
 
 /* ---- indexer chunking (dsa.c) ---- */
-/* The indexer's whole workspace (score scratch + top-k scratch) stays within this many bytes unless
- * one request's (decode) / one token's (prefill) rows alone need more: a request's tokens are never
- * split across launches. Long rows whose scores do not all fit are scored a chunk at a time and
- * resolved once a group (the deferred resolve, topk.cu). DSA_INDEXER_WS_CAP_MIB=N (tests) lowers it. */
-#define DSA_INDEXER_WS_CAP ((size_t)64 << 20)
+/* Score scratch of the fastest plan: as many tokens' rows as fit in this many float32 (256 MiB), at
+ * least one request's (a request's tokens are never split across launches). A caller's
+ * workspace_limit below that plan's total takes the capped plan instead (dsa.c: long rows whose
+ * scores do not all fit are scored a chunk at a time and resolved once a group, topk.cu). */
+#define DSA_SCORE_CAP_ELEMS ((int64_t)64 * 1024 * 1024)
 /* Top-k scratch is per row (~144 KiB), so rows per launch (and per deferred group) are capped. */
 #define DSA_TOPK_ROWS_PER_LAUNCH 256
 /* A deferred group is halved while its chunks would hold fewer tokens than this (the scorer's

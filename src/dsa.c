@@ -290,12 +290,6 @@ typedef struct {
   size_t total;       /* workspace bytes */
 } indexer_plan;
 
-static size_t indexer_ws_cap(void) {
-  const char *e = getenv("DSA_INDEXER_WS_CAP_MIB"); /* tests: a small cap reaches the deferred path */
-  const long mib = e ? atol(e) : 0;
-  return mib > 0 && mib < 65536 ? (size_t)mib << 20 : DSA_INDEXER_WS_CAP;
-}
-
 /* The most tokens (a multiple of `multiple`, at most `limit`) whose `row_bytes` each fit `budget`
  * bytes beside `fixed` bytes, rounded to 256 bytes as the layouts are; 0 when not even one
  * request's do. */
@@ -307,20 +301,38 @@ static int64_t tokens_fitting(size_t budget, size_t fixed, int64_t row_bytes, in
   return n;
 }
 
-/* Tokens per launch within the workspace cap (config.h). Rows the top-k reads once (<=
- * DSA_TOPK_ONE_CTA_MAX_LEN) or all tokens' scores fitting: chunks of as many tokens as fit with
- * their top-k scratch. Longer rows whose scores do not all fit: the deferred resolve — a group of
+/* The fastest plan: chunks of as many tokens as DSA_SCORE_CAP_ELEMS scores hold (at least one
+ * request's, at most DSA_TOPK_ROWS_PER_LAUNCH), each chunk's top-k resolved on its own. */
+static indexer_plan plan_fastest(int num_tokens, int max_len, int topk, int multiple) {
+  indexer_plan p;
+  memset(&p, 0, sizeof p);
+  p.stride = ((int64_t)max_len + 3) & ~(int64_t)3;
+  if (p.stride < 4) p.stride = 4;
+  int64_t chunk = DSA_SCORE_CAP_ELEMS / p.stride;
+  if (chunk > DSA_TOPK_ROWS_PER_LAUNCH) chunk = DSA_TOPK_ROWS_PER_LAUNCH;
+  if (chunk > num_tokens) chunk = num_tokens;
+  chunk -= chunk % multiple;
+  if (chunk < multiple) chunk = multiple;
+  p.chunk = p.group = (int)chunk;
+  p.score_bytes = max_len > topk ? round256((size_t)p.stride * (size_t)chunk * 4) : 0;
+  p.total = p.score_bytes + dsa_topk_ws_layout(p.chunk).total;
+  return p;
+}
+
+/* Tokens per launch within a caller's workspace_limit `cap` (dsa.h; 0 = none): the fastest plan
+ * when it fits. Else rows the top-k reads once (<= DSA_TOPK_ONE_CTA_MAX_LEN) or all tokens' scores
+ * fitting: chunks of as many tokens as fit with their top-k scratch. Longer rows whose scores do not all fit: the deferred resolve — a group of
  * up to DSA_TOPK_ROWS_PER_LAUNCH tokens keeps its top-k scratch while its scores pass a chunk at
  * a time (the chain's resolve, a fixed ~80 us a launch on the H200, once a group instead of once a
  * chunk); the group halves while its chunks would hold fewer than DSA_DEFERRED_MIN_CHUNK tokens (or
  * than fit beside the smallest group, for rows so long that fewer do).
  * `multiple`: one request's MTP tokens stay together. */
-static indexer_plan plan_indexer(int num_tokens, int max_len, int topk, int multiple) {
-  indexer_plan p;
+static indexer_plan plan_indexer(int num_tokens, int max_len, int topk, int multiple, size_t cap) {
+  indexer_plan p = plan_fastest(num_tokens, max_len, topk, multiple);
+  if (cap == 0 || p.total <= cap) return p;
   memset(&p, 0, sizeof p);
   p.stride = ((int64_t)max_len + 3) & ~(int64_t)3;
   if (p.stride < 4) p.stride = 4;
-  const size_t cap = indexer_ws_cap();
   const int scored = max_len > topk;
   const int64_t row_bytes = scored ? p.stride * 4 : 0;
   const size_t per_token_topk = dsa_topk_ws_layout(1).total;
@@ -490,7 +502,7 @@ dsa_status dsa_indexer_decode_workspace_size(const dsa_indexer_decode_args *a, s
   if (!bytes) return fail(DSA_ERR_NULL_POINTER, "%s: bytes is NULL", fn);
   CHECK(check_decode(fn, a, 0, 0, &max_len));
   const int tokens = a->num_reqs * a->q_len_per_req;
-  *bytes = tokens ? plan_indexer(tokens, max_len, a->topk, a->q_len_per_req).total : 0;
+  *bytes = tokens ? plan_indexer(tokens, max_len, a->topk, a->q_len_per_req, a->workspace_limit).total : 0;
   return DSA_OK;
 }
 
@@ -501,7 +513,7 @@ dsa_status dsa_indexer_decode(const dsa_indexer_decode_args *a, void *ws, size_t
   CHECK(check_decode(fn, a, 1, 1, &max_len));
   const int tokens = a->num_reqs * a->q_len_per_req;
   if (tokens == 0) return DSA_OK;
-  const indexer_plan plan = plan_indexer(tokens, max_len, a->topk, a->q_len_per_req);
+  const indexer_plan plan = plan_indexer(tokens, max_len, a->topk, a->q_len_per_req, a->workspace_limit);
   dsa_rows rows;
   rows_from_decode(&rows, a, max_len);
   return run_indexer(fn, &a->query, &a->cache, rows, tokens, a->topk, max_len, a->topk_indices,
@@ -513,7 +525,7 @@ dsa_status dsa_indexer_prefill_workspace_size(const dsa_indexer_prefill_args *a,
   int max_len = 0;
   if (!bytes) return fail(DSA_ERR_NULL_POINTER, "%s: bytes is NULL", fn);
   CHECK(check_prefill(fn, a, 0, 0, &max_len));
-  *bytes = a->num_tokens ? plan_indexer(a->num_tokens, max_len, a->topk, 1).total : 0;
+  *bytes = a->num_tokens ? plan_indexer(a->num_tokens, max_len, a->topk, 1, a->workspace_limit).total : 0;
   return DSA_OK;
 }
 
@@ -523,7 +535,7 @@ dsa_status dsa_indexer_prefill(const dsa_indexer_prefill_args *a, void *ws, size
   int max_len = 0;
   CHECK(check_prefill(fn, a, 1, 1, &max_len));
   if (a->num_tokens == 0) return DSA_OK;
-  const indexer_plan plan = plan_indexer(a->num_tokens, max_len, a->topk, 1);
+  const indexer_plan plan = plan_indexer(a->num_tokens, max_len, a->topk, 1, a->workspace_limit);
   dsa_rows rows;
   rows_from_prefill(&rows, a, max_len);
   return run_indexer(fn, &a->query, &a->cache, rows, a->num_tokens, a->topk, max_len, a->topk_indices,

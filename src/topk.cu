@@ -28,7 +28,7 @@
  *      counts are scanned over warps and over the cluster's ranks, and a second walk writes the
  *      positions at their offsets: ascending, deterministic, no sort.
  *
- * Small rows (<= TKSM_MAX_LEN = 16,384; topk_small_kernel): one CTA of 1,024 threads a row with
+ * Small rows (<= TKSM_MAX_LEN = 16,384, at most one a SM; topk_small_kernel): one CTA of 1,024 threads a row with
  * the keys in registers, thread t owning positions [PER t, PER t + PER): the same digits as the
  * slices (over the row's key range, then radix passes of 11 bits), each pass a loop over a
  * thread's own keys; the ascending output is one block scan of the threads' selected counts.
@@ -929,10 +929,12 @@ extern "C" int dsa_topk_launch(const dsa_topk_params *p, void *workspace, cudaSt
   /* Few rows up to TKS_MAX_CTAS x TKS_SLICE: a cluster of C CTAs each; rows that fit one CTA's shared
    * memory: one CTA each, however many; no score to read: one CTA each. */
   if (max_len <= p->topk) return (int)tks_launch(p, 1, stream);
-  if (max_len <= TKSM_MAX_LEN && p->allow_small) return (int)tksm_launch(p, stream);
+  const int sms = p->num_sms > 0 ? p->num_sms : 132;
+  /* one CTA an SM: beyond one wave the slices kernel wins (H200, 2026-11-30: 64 x 8k 13.0 against
+   * 19.3 us, 256 x 8k 25.0 against 21.4) */
+  if (max_len <= TKSM_MAX_LEN && p->allow_small && rows <= sms) return (int)tksm_launch(p, stream);
   int C = 1;
   while (C < TKS_MAX_CTAS && (max_len + C - 1) / C > TKS_SLICE) C *= 2;
-  const int sms = p->num_sms > 0 ? p->num_sms : 132;
   /* rows x C <= allow_cluster x SMs: more clusters than the SMs hold at once run in waves (a
    * cluster only needs its own C CTAs resident); which budget beats the chain is measured */
   if (p->allow_cluster && (max_len + C - 1) / C <= TKS_SLICE &&

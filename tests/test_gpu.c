@@ -378,21 +378,10 @@ typedef struct {
   int exact_max_seq_len;  /* pass max_seq_len = the largest L instead of 0 */
   int lens_null;          /* topk_lens = NULL */
   int check_scores, check_determinism;
-  int ws_cap_mib;         /* > 0: DSA_INDEXER_WS_CAP_MIB for this case (reaches the deferred resolve) */
+  int ws_cap_mib;         /* > 0: workspace_limit in MiB (reaches the deferred resolve) */
   uint64_t seed;
 } decode_case;
 
-/* The indexer's workspace cap for one case (0: the library's 64 MiB). Set at every case's start, so
- * a case that aborted cannot leave its cap to the next. */
-static void set_ws_cap(int mib) {
-  if (mib > 0) {
-    char v[16];
-    snprintf(v, sizeof v, "%d", mib);
-    setenv("DSA_INDEXER_WS_CAP_MIB", v, 1);
-  } else {
-    unsetenv("DSA_INDEXER_WS_CAP_MIB");
-  }
-}
 
 typedef struct {
   const decode_case *c;
@@ -502,6 +491,7 @@ static void decode_build(const decode_case *c, decode_prob *p) {
   a.q_len_per_req = p->n;
   a.max_seq_len = c->exact_max_seq_len ? p->maxL : 0;
   a.topk = c->topk;
+  a.workspace_limit = (size_t)c->ws_cap_mib << 20;
   p->ha = a;
   p->da = a;
   p->da.query = iq_query(&p->q, 1);
@@ -599,7 +589,6 @@ static void decode_run_topk(const decode_prob *p, void *ws, size_t wsb, int ws_b
 
 static void decode_case_run(const void *arg) {
   const decode_case *c = arg;
-  set_ws_cap(c->ws_cap_mib);
   decode_prob p;
   decode_build(c, &p);
   int64_t Ls;
@@ -663,7 +652,7 @@ typedef struct {
   int n_bad;              /* rows whose slot is outside the cache: num_slots + 17, -1, 2^40 */
   int bad_rows[3];
   int exact_max_rows;     /* pass max_rows = the longest range instead of 0 */
-  int ws_cap_mib;         /* > 0: DSA_INDEXER_WS_CAP_MIB for this case (reaches the deferred resolve) */
+  int ws_cap_mib;         /* > 0: workspace_limit in MiB (reaches the deferred resolve) */
   uint64_t seed;
 } prefill_case;
 
@@ -734,6 +723,7 @@ static void prefill_build(const prefill_case *c, prefill_prob *p) {
   a.num_tokens = T;
   a.max_rows = c->exact_max_rows ? p->maxlen : 0;
   a.topk = c->topk;
+  a.workspace_limit = (size_t)c->ws_cap_mib << 20;
   p->ha = a;
   p->da = a;
   p->da.query = iq_query(&p->q, 1);
@@ -758,7 +748,6 @@ static int prefill_row_bad(const prefill_prob *p, int64_t w) {
 
 static void prefill_case_run(const void *arg) {
   const prefill_case *c = arg;
-  set_ws_cap(c->ws_cap_mib);
   prefill_prob p;
   prefill_build(c, &p);
   const int T = p.T;

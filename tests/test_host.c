@@ -156,12 +156,19 @@ static void test_int_max_loops(void) {
         "status %lld, tokens %lld", st, g_dsa_stub.store_tokens);
 }
 
-/* The indexer's workspace stays within 64 MiB (dsa.h) at the shapes that used to need the most —
- * 4096 prefill tokens against 1M rows (265 MiB before the deferred resolve), 64 decode requests
- * at 1M, MTP 8 at 1M, one-CTA rows — and a call within it covers every token once (the stub
- * launchers check each launch's order, rows and workspace bounds, deferred chunks and finals too). */
+/* The indexer's workspace: the fastest plan without a limit (<= 256 MiB of scores + 256 tokens' top-k
+ * scratch, dsa.h) and within workspace_limit = 64 MiB at the shapes that need the most — 4096
+ * prefill tokens against 1M rows (265 MiB unlimited), 64 decode requests at 1M, MTP 8 at 1M,
+ * one-CTA rows — and a call within either covers every token once (the stub launchers check each
+ * launch's order, rows and workspace bounds, deferred chunks and finals too). */
+static void indexer_workspace_cap(size_t limit);
 static void test_indexer_workspace_cap(void) {
-  const size_t cap = (size_t)64 << 20;
+  for (int lim = 0; lim < 2; ++lim)
+    indexer_workspace_cap(lim ? (size_t)64 << 20 : 0);
+}
+
+static void indexer_workspace_cap(size_t limit) {
+  const size_t cap = limit ? limit : (size_t)(256 + 40) << 20; /* scores + 256 tokens' ~144 KiB */
   g_dsa_stub.launch_budget = 0;
   const int prefill_rows[] = {1 << 20, 131072, 40960, 40961};
   for (int i = 0; i < 4; ++i) {
@@ -177,10 +184,12 @@ static void test_indexer_workspace_cap(void) {
     a.num_tokens = 4096;
     a.topk = 2048;
     a.topk_indices = FAKE(0x700000000ull);
+    a.workspace_limit = limit;
     size_t bytes = 0;
     dsa_status st = dsa_indexer_prefill_workspace_size(&a, &bytes);
-    check(st == DSA_OK && bytes <= cap, "prefill 4096 tokens: workspace <= 64 MiB", "rows %lld: %lld bytes",
-          prefill_rows[i], (long long)bytes);
+    check(st == DSA_OK && bytes <= cap,
+          limit ? "prefill 4096 tokens, 64 MiB limit: workspace within it" : "prefill 4096 tokens: workspace <= 296 MiB",
+          "rows %lld: %lld bytes", prefill_rows[i], (long long)bytes);
     dsa_stub_begin_call(FAKE(0x100000000000ull), bytes);
     st = dsa_indexer_prefill(&a, FAKE(0x100000000000ull), bytes, 0);
     check(st == DSA_OK && g_dsa_stub.violations == 0, "prefill 4096 tokens: launches within the workspace",
@@ -203,10 +212,12 @@ static void test_indexer_workspace_cap(void) {
     d.num_reqs = 64;
     d.topk = 2048;
     d.topk_indices = FAKE(0xa00000000ull);
+    d.workspace_limit = limit;
     size_t bytes = 0;
     dsa_status st = dsa_indexer_decode_workspace_size(&d, &bytes);
-    check(st == DSA_OK && bytes <= cap, "decode 64 requests at 1M: workspace <= 64 MiB", "MTP %lld: %lld bytes",
-          mtp[i], (long long)bytes);
+    check(st == DSA_OK && bytes <= cap,
+          limit ? "decode 64 requests at 1M, 64 MiB limit: workspace within it" : "decode 64 requests at 1M: workspace <= 296 MiB",
+          "MTP %lld: %lld bytes", mtp[i], (long long)bytes);
     dsa_stub_begin_call(FAKE(0xb00000000ull), bytes);
     st = dsa_indexer_decode(&d, FAKE(0xb00000000ull), bytes, 0);
     check(st == DSA_OK && g_dsa_stub.violations == 0 && g_dsa_stub.topk_tokens == 64 * mtp[i],

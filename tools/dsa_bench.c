@@ -221,6 +221,7 @@ typedef struct {
   int index_heads, heads, topk;
   int batch, mtp;
   int prefill_tokens; /* glm prefill: query tokens at the end of the context (default 64) */
+  int ws_limit_mib;   /* indexer workspace_limit in MiB (0: none, the fastest plan) */
   int iters, warmup;
   int check, gate, device, cold;
   int do_decode, do_prefill;
@@ -262,6 +263,8 @@ static void usage(FILE *f) {
 "  --prefill-tokens N     glm prefill: N query tokens at the end of the context (default 64, the\n"
 "                         reference's; token j sees S-(N-1)+j rows), e.g. 4096 for a chunked-prefill\n"
 "                         step; the Gluon / Triton columns only at 64\n"
+"  --ws-limit-mib N       the indexer calls' workspace_limit in MiB (default 0: none, the fastest\n"
+"                         plan; e.g. 64 for the capped plan of dsa.h)\n"
 "  --sizes LIST           context lengths S, comma separated; k = 1024, M = 1048576\n"
 "                         glm default 512,1k,2k,8k,16k,32k,64k,90000,128k,256k,512k,1M (the\n"
 "                         reference table's 90k row is 90,000 tokens);\n"
@@ -418,6 +421,9 @@ static void parse_args(int argc, char **argv, options *o) {
     } else if (!strcmp(a, "--prefill-tokens")) {
       NEED_VALUE();
       o->prefill_tokens = parse_int(v, 1, 65536, a);
+    } else if (!strcmp(a, "--ws-limit-mib")) {
+      NEED_VALUE();
+      o->ws_limit_mib = parse_int(v, 0, 1 << 20, a);
     } else if (!strcmp(a, "--sizes")) {
       NEED_VALUE();
       o->nsizes = parse_list(v, a, o->sizes, MAX_SIZES, 1);
@@ -859,6 +865,7 @@ static dsa_indexer_decode_args decode_args(const bench *b, int B, int64_t S, int
   a.topk = b->o.topk;
   a.topk_indices = host ? NULL : b->d_topk;
   a.topk_lens = host ? NULL : b->d_lens;
+  a.workspace_limit = (size_t)b->o.ws_limit_mib << 20;
   return a;
 }
 
@@ -877,6 +884,7 @@ static dsa_indexer_prefill_args prefill_args(const bench *b, int64_t S, int host
   a.output_global_slots = 1;
   a.topk_indices = host ? NULL : b->d_topk;
   a.topk_lens = host ? NULL : b->d_lens;
+  a.workspace_limit = (size_t)b->o.ws_limit_mib << 20;
   return a;
 }
 
@@ -1892,12 +1900,12 @@ static void write_json(const bench *b, const row_result *rows, int n, const char
           date);
   fprintf(f, "  \"options\": {\"mode\": \"%s\", \"q_dtype\": \"%s\", \"kv\": \"%s\", \"heads\": %d, "
              "\"index_heads\": %d, \"index_head_dim\": %d, \"topk\": %d, \"page_size\": %d, "
-             "\"batch\": %d, \"mtp\": %d, \"prefill_tokens\": %d, \"iters\": %d, \"warmup\": %d, \"check\": %s, "
+             "\"batch\": %d, \"mtp\": %d, \"prefill_tokens\": %d, \"ws_limit_mib\": %d, \"iters\": %d, \"warmup\": %d, \"check\": %s, "
              "\"gate\": %s, \"cold\": %s, \"seed\": %llu, \"device\": %d, "
              "\"index_softmax_scale\": %.9g, \"attn_softmax_scale\": %.9g, \"sizes\": [",
           o->mode == MODE_GLM ? "glm" : o->mode == MODE_SERVE ? "serve" : "attn", o->q_fp8 ? "fp8" : "bf16",
           o->kv_fp8 ? "fp8" : "bf16",
-          o->heads, o->index_heads, IDX_DIM, o->topk, PAGE, o->batch, o->mtp, o->prefill_tokens, o->iters, o->warmup,
+          o->heads, o->index_heads, IDX_DIM, o->topk, PAGE, o->batch, o->mtp, o->prefill_tokens, o->ws_limit_mib, o->iters, o->warmup,
           o->check ? "true" : "false", o->gate ? "true" : "false", o->cold ? "true" : "false",
           (unsigned long long)o->seed,
           o->device, 1.0 / sqrt((double)IDX_DIM * o->index_heads), (double)ATTN_SCALE);

@@ -270,29 +270,32 @@ def _decode_args(fn, q, weights, index_k_cache, seq_lens, block_table, topk, sof
 
 def indexer_decode_workspace_size(q: Any, weights: Any, index_k_cache: Any, seq_lens: Any, block_table: Any, *,
                                   topk: int, softmax_scale: float, q_scale: Any = None, page_size: int = 64,
-                                  q_len_per_req: int = 1, max_seq_len: int = 0) -> int:
+                                  q_len_per_req: int = 1, max_seq_len: int = 0, workspace_limit: int = 0) -> int:
     """Workspace bytes indexer_decode needs for these arguments (0 when nothing is scored)."""
     fn = "dsa.indexer_decode_workspace_size"
     a, _ = _decode_args(fn, q, weights, index_k_cache, seq_lens, block_table, topk, softmax_scale, q_scale,
                         page_size, q_len_per_req, max_seq_len)
+    a.workspace_limit = workspace_limit
     return _ws_bytes("dsa_indexer_decode_workspace_size", a)
 
 
 def indexer_decode(q: Any, weights: Any, index_k_cache: Any, seq_lens: Any, block_table: Any, *, topk: int,
                    softmax_scale: float, q_scale: Any = None, page_size: int = 64, q_len_per_req: int = 1,
                    max_seq_len: int = 0, topk_indices: Any = None, topk_lens: Any = None, workspace: Any = None,
-                   stream: Any = None) -> Tuple[Any, Any]:
+                   workspace_limit: int = 0, stream: Any = None) -> Tuple[Any, Any]:
     """Decode indexer: scores every visible position of each token and keeps the top-k.
 
     q [T, H, 128] bf16 (or FP8 e4m3 / uint8 with q_scale float32 [T, H]); weights [T, H] float32 or
     bf16 (rows may be strided); index_k_cache the paged FP8 cache (page_size * 132 bytes a page);
     seq_lens int32 [R]; block_table int32 [R, max_blocks] (rows may be strided); T = R * q_len_per_req
     (token t = r * n + j sees L = seq_lens[r] - (n - 1) + j positions). Returns (topk_indices int32
-    [T, topk]: global slots, -1 past lens; topk_lens int32 [T] = min(topk, L)).
+    [T, topk]: global slots, -1 past lens; topk_lens int32 [T] = min(topk, L)). workspace_limit
+    (bytes, 0 = none) caps the workspace at some cost in speed (dsa.h).
     """
     fn = "dsa.indexer_decode"
     a, views = _decode_args(fn, q, weights, index_k_cache, seq_lens, block_table, topk, softmax_scale, q_scale,
                             page_size, q_len_per_req, max_seq_len)
+    a.workspace_limit = workspace_limit
     T = views["q"].shape[0]
     dev = _same_device(fn, views)
     topk_indices, iv = _out(fn, "topk_indices", topk_indices, views["q"], (T, topk), "i32")
@@ -358,25 +361,30 @@ def _prefill_args(fn, q, weights, index_k_cache, kv_workspace_slots, row_starts,
 
 def indexer_prefill_workspace_size(q: Any, weights: Any, index_k_cache: Any, kv_workspace_slots: Any,
                                    row_starts: Any, row_ends: Any, *, topk: int, softmax_scale: float,
-                                   q_scale: Any = None, page_size: int = 64, max_rows: int = 0) -> int:
+                                   q_scale: Any = None, page_size: int = 64, max_rows: int = 0,
+                                   workspace_limit: int = 0) -> int:
     """Workspace bytes indexer_prefill needs for these arguments."""
     fn = "dsa.indexer_prefill_workspace_size"
     a, _ = _prefill_args(fn, q, weights, index_k_cache, kv_workspace_slots, row_starts, row_ends, topk,
                          softmax_scale, q_scale, page_size, max_rows, False)
+    a.workspace_limit = workspace_limit
     return _ws_bytes("dsa_indexer_prefill_workspace_size", a)
 
 
 def indexer_prefill(q: Any, weights: Any, index_k_cache: Any, kv_workspace_slots: Any, row_starts: Any,
                     row_ends: Any, *, topk: int, softmax_scale: float, q_scale: Any = None, page_size: int = 64,
                     max_rows: int = 0, output_global_slots: bool = False, topk_indices: Any = None,
-                    topk_lens: Any = None, workspace: Any = None, stream: Any = None) -> Tuple[Any, Any]:
+                    topk_lens: Any = None, workspace: Any = None, workspace_limit: int = 0,
+                    stream: Any = None) -> Tuple[Any, Any]:
     """Prefill indexer: token t sees workspace rows [row_starts[t], row_ends[t]); row w is global
     index-K slot kv_workspace_slots[w] (int64 [W]). q, weights, q_scale as indexer_decode.
     Returns (topk_indices int32 [T, topk]: workspace rows, or global slots with
-    output_global_slots=True — what sparse_mla consumes; -1 past lens; topk_lens int32 [T])."""
+    output_global_slots=True — what sparse_mla consumes; -1 past lens; topk_lens int32 [T]).
+    workspace_limit as indexer_decode."""
     fn = "dsa.indexer_prefill"
     a, views = _prefill_args(fn, q, weights, index_k_cache, kv_workspace_slots, row_starts, row_ends, topk,
                              softmax_scale, q_scale, page_size, max_rows, output_global_slots)
+    a.workspace_limit = workspace_limit
     T = a.num_tokens
     dev = _same_device(fn, views)
     topk_indices, iv = _out(fn, "topk_indices", topk_indices, views["q"], (T, topk), "i32")

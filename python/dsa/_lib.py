@@ -77,6 +77,7 @@ class IndexerDecodeArgs(ctypes.Structure):
         ("topk", c_int),
         ("topk_indices", c_void_p),
         ("topk_lens", c_void_p),
+        ("workspace_limit", c_size_t),
     ]
 
 
@@ -103,6 +104,7 @@ class IndexerPrefillArgs(ctypes.Structure):
         ("output_global_slots", c_int),
         ("topk_indices", c_void_p),
         ("topk_lens", c_void_p),
+        ("workspace_limit", c_size_t),
     ]
 
 

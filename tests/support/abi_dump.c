@@ -21,6 +21,7 @@ int main(void) {
   F(dsa_indexer_decode_args, max_blocks_per_req); F(dsa_indexer_decode_args, num_reqs);
   F(dsa_indexer_decode_args, q_len_per_req); F(dsa_indexer_decode_args, max_seq_len); F(dsa_indexer_decode_args, topk);
   F(dsa_indexer_decode_args, topk_indices); F(dsa_indexer_decode_args, topk_lens);
+  F(dsa_indexer_decode_args, workspace_limit);
   S(dsa_indexer_decode_scores_args);
   F(dsa_indexer_decode_scores_args, decode); F(dsa_indexer_decode_scores_args, scores);
   F(dsa_indexer_decode_scores_args, scores_stride); F(dsa_indexer_decode_scores_args, skip_short_rows);
@@ -29,6 +30,7 @@ int main(void) {
   F(dsa_indexer_prefill_args, num_workspace_rows); F(dsa_indexer_prefill_args, row_starts); F(dsa_indexer_prefill_args, row_ends);
   F(dsa_indexer_prefill_args, num_tokens); F(dsa_indexer_prefill_args, max_rows); F(dsa_indexer_prefill_args, topk);
   F(dsa_indexer_prefill_args, output_global_slots); F(dsa_indexer_prefill_args, topk_indices); F(dsa_indexer_prefill_args, topk_lens);
+  F(dsa_indexer_prefill_args, workspace_limit);
   S(dsa_indexer_prefill_scores_args);
   F(dsa_indexer_prefill_scores_args, prefill); F(dsa_indexer_prefill_scores_args, scores);
   F(dsa_indexer_prefill_scores_args, scores_stride); F(dsa_indexer_prefill_scores_args, skip_short_rows);
