@@ -126,6 +126,10 @@ __global__ void __launch_bounds__(W3_THREADS, SHARE ? 2 : 1)
   const long long range_lo = cta.range_lo, range_hi = cta.range_hi;
   const int ntiles = tile_end - tile_begin;
 
+  /* Not needed for correctness (the group's lengths and the barriers are disjoint): it separates
+   * sc_group_setup's reads from mbarrier.init in time for racecheck, which reported them as a race
+   * (as it did mbarrier.init against q staging before that moved past the barrier below). */
+  __syncthreads();
   if (tid < NS) {
     /* the producer warp's lanes: copies landed + flags (TMA: the flags + lane 0's expect_tx) */
     ptx_mbar_init(ptx_smem_u32(&full[tid]), TMA ? 33 : 64);
