@@ -328,6 +328,109 @@ typedef struct {
 } dsa_mla_kv_store_args;
 DSA_API dsa_status dsa_mla_kv_store(const dsa_mla_kv_store_args *args, cudaStream_t stream);
 
+/* ------------------------------------------------------------------------------------------------
+ * Context parallelism (several GPUs, DESIGN.md §9): the single-GPU pieces of one step split over W
+ * ranks. The collectives are the caller's (NCCL: dsa_cp.h runs a whole step); nothing here talks
+ * to another GPU. A row of positions (decode: a request's context; prefill: workspace rows) is
+ * sharded: rank r of W holds the positions g with owner(g) = r, in increasing order, as its own
+ * local row (its caches, block table or workspace slots):
+ *   DSA_SHARD_ROUND_ROBIN  owner(g) = g % W, local position g / W  (vLLM's decode context parallelism)
+ *   DSA_SHARD_BLOCKS       owner(g) = g / block, local position g % block
+ * One step: each rank scores its local row (dsa_indexer_*_scores) and takes its local top-k
+ * (dsa_topk, k per rank — not k / W, or the merge is not exact); dsa_cp_candidates turns that into
+ * (score, global position) pairs; the caller all-gathers the W lists; dsa_topk_merge gives the exact
+ * global top-k (the single-GPU set: ties to the lower position, NaN lowest); dsa_cp_local_indices
+ * keeps the selected rows this rank owns as its cache slots for dsa_sparse_mla; the caller gathers
+ * the W partial (out, lse); dsa_lse_combine merges them:
+ *   lse = log sum_r exp(lse_r),  out = sum_r exp(lse_r - lse) out_r  (lse_r = -inf: no rows, no share).
+ */
+#define DSA_MAX_CP_RANKS 8
+typedef enum {
+  DSA_SHARD_ROUND_ROBIN = 0,
+  DSA_SHARD_BLOCKS = 1
+} dsa_shard_layout;
+
+typedef struct {
+  int world_size;          /* W, 1..DSA_MAX_CP_RANKS */
+  int rank;                /* 0..W-1 */
+  dsa_shard_layout layout;
+  int64_t block;           /* DSA_SHARD_BLOCKS: positions a rank holds (>= 1); else unused */
+} dsa_shard;
+
+/* Row t's local top-k positions p = local_indices[t * topk + i] (from dsa_topk over the rank's
+ * scores) become cand_scores[t * topk + i] = scores[t * scores_stride + p] and cand_ids[...] = the
+ * global position of p; an entry with p < 0 or p >= max_len gets id -1 and score -inf. */
+typedef struct {
+  dsa_shard shard;
+  const float *scores;            /* [num_rows, scores_stride] the rank's local scores */
+  int64_t scores_stride;          /* >= max_len */
+  int max_len;                    /* 0..DSA_MAX_ROW_LEN: local positions a row may hold */
+  const int32_t *local_indices;   /* [num_rows, topk] */
+  int num_rows;                   /* >= 0 */
+  int topk;                       /* 1..DSA_MAX_TOPK */
+  float *cand_scores;             /* [num_rows, topk] */
+  int32_t *cand_ids;              /* [num_rows, topk] */
+} dsa_cp_candidates_args;
+DSA_API dsa_status dsa_cp_candidates(const dsa_cp_candidates_args *args, cudaStream_t stream);
+
+/* The exact top-k of W candidate lists a row: list w of row t is cand_scores / cand_ids
+ * [(w * num_rows + t) * k_in, +k_in) (what an all-gather of the ranks' [num_rows, k_in] lists
+ * gives); id < 0 = no candidate. indices[t, 0..lens[t]) = the ids of the min(topk, valid) largest
+ * scores (NaN lowest; equal scores: the lower id first), in ascending id order; -1 after. The result
+ * does not depend on the order of the lists; ids must be distinct within a row (each position has
+ * one owner). num_lists * k_in <= DSA_MAX_MERGE_CANDIDATES. */
+#define DSA_MAX_MERGE_CANDIDATES 16384
+typedef struct {
+  const float *cand_scores;       /* [num_lists, num_rows, k_in] */
+  const int32_t *cand_ids;        /* [num_lists, num_rows, k_in] */
+  int num_lists;                  /* W >= 1 */
+  int num_rows;                   /* >= 0 */
+  int k_in;                       /* >= 1 */
+  int topk;                       /* 1..DSA_MAX_TOPK */
+  int32_t *indices;               /* [num_rows, topk] */
+  int32_t *lens;                  /* [num_rows] or NULL */
+} dsa_topk_merge_args;
+DSA_API dsa_status dsa_topk_merge(const dsa_topk_merge_args *args, cudaStream_t stream);
+
+/* A global selection (global positions, -1 = none) kept where this rank owns it: out_slots[t, i] =
+ * the rank's cache slot of global position indices[t, i] when owner = shard.rank, else -1.
+ * Local position p maps as the indexer maps positions: decode (workspace_slots NULL) through the
+ * block table — block_table[(t / q_len_per_req) * block_table_stride + p / page_size] * page_size
+ * + p % page_size, -1 where p passes max_blocks_per_req * page_size or the page id is outside
+ * [0, num_pages); prefill — workspace_slots[p], -1 where p >= num_workspace_rows. */
+typedef struct {
+  dsa_shard shard;
+  const int32_t *indices;         /* [num_tokens, topk] global positions */
+  int num_tokens;                 /* >= 0 */
+  int topk;                       /* 1..DSA_MAX_TOPK */
+  const int32_t *block_table;     /* decode: [num_tokens / q_len_per_req, block_table_stride] */
+  int64_t block_table_stride;
+  int max_blocks_per_req;
+  int q_len_per_req;              /* 1..DSA_MAX_Q_LEN_PER_REQ */
+  int page_size;
+  int64_t num_pages;
+  const int64_t *workspace_slots; /* prefill: [num_workspace_rows]; non-NULL selects prefill */
+  int64_t num_workspace_rows;
+  int32_t *out_slots;             /* [num_tokens, topk] */
+} dsa_cp_local_indices_args;
+DSA_API dsa_status dsa_cp_local_indices(const dsa_cp_local_indices_args *args, cudaStream_t stream);
+
+/* Merge W partial attention results: part w of token t, head h is outs[((w * num_tokens + t) *
+ * num_heads + h) * 512 ...] (bf16 or float32 as parts_dtype) with lses[(w * num_tokens + t) *
+ * num_heads + h] (natural log, -inf = no rows). out (bf16) and lse (or NULL) as dsa_sparse_mla
+ * gives them; a token and head with no part gets out = 0 and lse = -inf. */
+typedef struct {
+  const void *outs;               /* [num_parts, num_tokens, num_heads, 512], 16-B aligned */
+  dsa_dtype parts_dtype;          /* DSA_DTYPE_BF16 or DSA_DTYPE_F32 */
+  const float *lses;              /* [num_parts, num_tokens, num_heads] */
+  int num_parts;                  /* 1..DSA_MAX_CP_RANKS */
+  int num_tokens;                 /* >= 0 */
+  int num_heads;                  /* 1..DSA_MAX_ATTN_HEADS */
+  void *out;                      /* [num_tokens, num_heads, 512] bf16, 16-B aligned */
+  float *lse;                     /* [num_tokens, num_heads] or NULL */
+} dsa_lse_combine_args;
+DSA_API dsa_status dsa_lse_combine(const dsa_lse_combine_args *args, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

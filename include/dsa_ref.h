@@ -63,6 +63,12 @@ void dsa_ref_sparse_mla(const dsa_sparse_mla_args *args, float *out_f32);
 
 /* Cache writers. */
 void dsa_ref_index_k_store(const dsa_index_k_store_args *args);
+
+/* Context parallelism. dsa_topk_merge exactly (indices in ascending id order, -1 after lens). */
+void dsa_ref_topk_merge(const dsa_topk_merge_args *args);
+/* dsa_lse_combine in float64: out_f32 [tokens, heads, 512] before the output's bf16 rounding and
+ * lse [tokens, heads] (both host arrays; args->out and args->lse are not written). */
+void dsa_ref_lse_combine(const dsa_lse_combine_args *args, float *out_f32, float *lse);
 void dsa_ref_mla_kv_store(const dsa_mla_kv_store_args *args);
 
 #ifdef __cplusplus

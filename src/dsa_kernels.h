@@ -161,6 +161,13 @@ int dsa_topk_launch(const dsa_topk_params *p, void *workspace, cudaStream_t stre
 int dsa_topk_chunk_launch(const dsa_topk_params *p, void *workspace, int ws_rows, int row0, cudaStream_t stream);
 int dsa_topk_final_launch(const dsa_topk_params *p, void *workspace, int ws_rows, cudaStream_t stream);
 
+/* ---- cp.cu: context parallelism's single-GPU pieces (arguments as validated by dsa.c) ---- */
+int dsa_cp_candidates_launch(const dsa_cp_candidates_args *a, cudaStream_t stream);
+/* num_rows >= 1; shared memory num_lists * k_in * 8 bytes (<= 128 KiB) + 9 KiB */
+int dsa_topk_merge_launch(const dsa_topk_merge_args *a, cudaStream_t stream);
+int dsa_cp_local_indices_launch(const dsa_cp_local_indices_args *a, cudaStream_t stream);
+int dsa_lse_combine_launch(const dsa_lse_combine_args *a, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

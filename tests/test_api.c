@@ -514,6 +514,131 @@ static void test_last_error(void) {
   }
 }
 
+/* Context parallelism's pieces: every bad argument named, nothing launched. */
+static void test_cp(void) {
+  const dsa_shard rr = {2, 1, DSA_SHARD_ROUND_ROBIN, 0};
+  dsa_cp_candidates_args c;
+  memset(&c, 0, sizeof c);
+  c.shard = rr;
+  c.scores = FAKE(0x10000);
+  c.scores_stride = 1000;
+  c.max_len = 1000;
+  c.local_indices = FAKE(0x20000);
+  c.num_rows = 4;
+  c.topk = 2048;
+  c.cand_scores = FAKE(0x30000);
+  c.cand_ids = FAKE(0x40000);
+  dsa_cp_candidates_args cb = c;
+  cb.shard.world_size = 9;
+  expect("cp candidates W 9", dsa_cp_candidates(&cb, 0), DSA_ERR_INVALID_VALUE, "world_size");
+  cb = c;
+  cb.shard.rank = 2;
+  expect("cp candidates rank 2 of 2", dsa_cp_candidates(&cb, 0), DSA_ERR_INVALID_VALUE, "rank");
+  cb = c;
+  cb.shard.layout = (dsa_shard_layout)7;
+  expect("cp candidates layout", dsa_cp_candidates(&cb, 0), DSA_ERR_INVALID_VALUE, "layout");
+  cb = c;
+  cb.shard.layout = DSA_SHARD_BLOCKS;
+  cb.shard.block = 0;
+  expect("cp candidates block 0", dsa_cp_candidates(&cb, 0), DSA_ERR_INVALID_VALUE, "block");
+  cb.shard.block = 999;
+  expect("cp candidates max_len past the block", dsa_cp_candidates(&cb, 0), DSA_ERR_INVALID_VALUE, "block");
+  cb = c;
+  cb.shard.world_size = 8;
+  cb.shard.rank = 7;
+  cb.max_len = DSA_MAX_ROW_LEN;
+  cb.scores_stride = DSA_MAX_ROW_LEN;
+  expect("cp candidates global position past 2^31", dsa_cp_candidates(&cb, 0), DSA_ERR_INVALID_VALUE, "global position");
+  cb = c;
+  cb.scores_stride = 10;
+  expect("cp candidates stride", dsa_cp_candidates(&cb, 0), DSA_ERR_INVALID_VALUE, "scores_stride");
+  cb = c;
+  cb.cand_ids = NULL;
+  expect("cp candidates ids null", dsa_cp_candidates(&cb, 0), DSA_ERR_NULL_POINTER, "cand_ids");
+  cb = c;
+  cb.local_indices = FAKE(0x20002);
+  expect("cp candidates misaligned", dsa_cp_candidates(&cb, 0), DSA_ERR_MISALIGNED, "local_indices");
+  cb = c;
+  cb.num_rows = 0;
+  expect("cp candidates zero rows", dsa_cp_candidates(&cb, 0), DSA_OK, NULL);
+
+  dsa_topk_merge_args m = {FAKE(0x10000), FAKE(0x20000), 8, 4, 2048, 2048, FAKE(0x30000), FAKE(0x40000)};
+  dsa_topk_merge_args mb = m;
+  mb.k_in = 2049;
+  expect("merge too many candidates", dsa_topk_merge(&mb, 0), DSA_ERR_INVALID_VALUE, "k_in");
+  mb = m;
+  mb.num_lists = 0;
+  expect("merge no lists", dsa_topk_merge(&mb, 0), DSA_ERR_INVALID_VALUE, "num_lists");
+  mb = m;
+  mb.topk = 0;
+  expect("merge topk 0", dsa_topk_merge(&mb, 0), DSA_ERR_INVALID_VALUE, "topk");
+  mb = m;
+  mb.indices = NULL;
+  expect("merge indices null", dsa_topk_merge(&mb, 0), DSA_ERR_NULL_POINTER, "indices");
+  mb = m;
+  mb.cand_scores = FAKE(0x10001);
+  expect("merge misaligned", dsa_topk_merge(&mb, 0), DSA_ERR_MISALIGNED, "cand_scores");
+  mb = m;
+  mb.num_rows = -1;
+  expect("merge rows < 0", dsa_topk_merge(&mb, 0), DSA_ERR_INVALID_VALUE, "num_rows");
+  mb.num_rows = 0;
+  expect("merge zero rows", dsa_topk_merge(&mb, 0), DSA_OK, NULL);
+
+  dsa_cp_local_indices_args l;
+  memset(&l, 0, sizeof l);
+  l.shard = rr;
+  l.indices = FAKE(0x10000);
+  l.num_tokens = 4;
+  l.topk = 2048;
+  l.block_table = FAKE(0x20000);
+  l.block_table_stride = 100;
+  l.max_blocks_per_req = 100;
+  l.q_len_per_req = 2;
+  l.page_size = 64;
+  l.num_pages = 1000;
+  l.out_slots = FAKE(0x30000);
+  dsa_cp_local_indices_args lb = l;
+  lb.num_tokens = 5;
+  expect("local indices tokens not a multiple of q_len", dsa_cp_local_indices(&lb, 0), DSA_ERR_INVALID_VALUE,
+         "q_len_per_req");
+  lb = l;
+  lb.block_table_stride = 99;
+  expect("local indices stride", dsa_cp_local_indices(&lb, 0), DSA_ERR_INVALID_VALUE, "block_table_stride");
+  lb = l;
+  lb.block_table = NULL;
+  expect("local indices block table null", dsa_cp_local_indices(&lb, 0), DSA_ERR_NULL_POINTER, "block_table");
+  lb = l;
+  lb.workspace_slots = FAKE(0x50004);
+  lb.num_workspace_rows = 100;
+  expect("local indices workspace slots misaligned", dsa_cp_local_indices(&lb, 0), DSA_ERR_MISALIGNED,
+         "workspace_slots");
+  lb.num_workspace_rows = -1;
+  expect("local indices workspace rows", dsa_cp_local_indices(&lb, 0), DSA_ERR_INVALID_VALUE, "num_workspace_rows");
+  lb = l;
+  lb.out_slots = NULL;
+  expect("local indices out null", dsa_cp_local_indices(&lb, 0), DSA_ERR_NULL_POINTER, "out_slots");
+
+  dsa_lse_combine_args e = {FAKE(0x10000), DSA_DTYPE_BF16, FAKE(0x20000), 2, 4, 16, FAKE(0x30000), FAKE(0x40000)};
+  dsa_lse_combine_args eb = e;
+  eb.num_parts = 9;
+  expect("combine 9 parts", dsa_lse_combine(&eb, 0), DSA_ERR_INVALID_VALUE, "num_parts");
+  eb = e;
+  eb.num_heads = 129;
+  expect("combine 129 heads", dsa_lse_combine(&eb, 0), DSA_ERR_INVALID_VALUE, "num_heads");
+  eb = e;
+  eb.parts_dtype = DSA_DTYPE_FP8_E4M3;
+  expect("combine fp8 parts", dsa_lse_combine(&eb, 0), DSA_ERR_UNSUPPORTED, "parts_dtype");
+  eb = e;
+  eb.outs = FAKE(0x10008);
+  expect("combine outs misaligned", dsa_lse_combine(&eb, 0), DSA_ERR_MISALIGNED, "outs");
+  eb = e;
+  eb.lses = NULL;
+  expect("combine lses null", dsa_lse_combine(&eb, 0), DSA_ERR_NULL_POINTER, "lses");
+  eb = e;
+  eb.num_tokens = 0;
+  expect("combine zero tokens", dsa_lse_combine(&eb, 0), DSA_OK, NULL);
+}
+
 static void test_misc(void) {
   char want[32];
   snprintf(want, sizeof want, "%d.%d.%d", DSA_VERSION_MAJOR, DSA_VERSION_MINOR, DSA_VERSION_PATCH);
@@ -533,6 +658,7 @@ int main(void) {
   test_overflow();
   test_limits();
   test_last_error();
+  test_cp();
   test_misc();
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;

@@ -237,7 +237,7 @@ typedef struct {
 
 static void usage(FILE *f) {
   fprintf(f,
-"usage: dsa-bench glm|serve|attn [options]\n"
+"usage: dsa-bench glm|serve|attn [options]   (dsa-bench cp --help: several GPUs, dsa_cp)\n"
 "\n"
 "  glm    the reference tables of DESIGN.md §6 at the GLM shapes: decode (1 request x 1 query\n"
 "         token) and prefill (64 query tokens at the end of an S-token context), S = 512 ... 1M.\n"
@@ -1972,7 +1972,19 @@ static void write_json(const bench *b, const row_result *rows, int n, const char
 /* main                                                                                            */
 /* ---------------------------------------------------------------------------------------------- */
 
+#ifdef DSA_HAVE_CP
+int cp_bench_main(int argc, char **argv); /* cp_bench.c */
+#endif
+
 int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "cp")) {
+#ifdef DSA_HAVE_CP
+    return cp_bench_main(argc - 1, argv + 1);
+#else
+    fprintf(stderr, "dsa-bench cp: this build has no dsa_cp (NCCL was not found when it was configured)\n");
+    return 2;
+#endif
+  }
   static bench b; /* large; zero-initialised */
   parse_args(argc, argv, &b.o);
   const options *o = &b.o;

@@ -621,3 +621,85 @@ void dsa_ref_mla_kv_store(const dsa_mla_kv_store_args *args) {
     }
   }
 }
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Context parallelism                                                                             */
+/* ---------------------------------------------------------------------------------------------- */
+
+typedef struct {
+  float s;
+  int32_t id;
+} ref_cand;
+
+/* rank order: larger score first, NaN last, equal scores (-0 = +0) by the lower id */
+static int ref_cand_cmp(const void *pa, const void *pb) {
+  const ref_cand *a = pa, *b = pb;
+  const int na = isnan(a->s), nb = isnan(b->s);
+  if (na != nb) return na - nb;
+  if (!na && a->s != b->s) return a->s > b->s ? -1 : 1;
+  return (a->id > b->id) - (a->id < b->id);
+}
+
+static int ref_i32_cmp(const void *pa, const void *pb) {
+  const int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+  return (a > b) - (a < b);
+}
+
+void dsa_ref_topk_merge(const dsa_topk_merge_args *a) {
+  const int n = a->num_lists * a->k_in;
+  ref_cand *c = xmalloc((size_t)n * sizeof *c);
+  int32_t *ids = xmalloc((size_t)a->topk * sizeof *ids);
+  for (int t = 0; t < a->num_rows; t++) {
+    int valid = 0;
+    for (int w = 0; w < a->num_lists; w++)
+      for (int j = 0; j < a->k_in; j++) {
+        const size_t at = ((size_t)w * a->num_rows + t) * a->k_in + j;
+        if (a->cand_ids[at] < 0) continue;
+        c[valid].s = a->cand_scores[at];
+        c[valid].id = a->cand_ids[at];
+        valid++;
+      }
+    qsort(c, (size_t)valid, sizeof *c, ref_cand_cmp);
+    const int k = valid < a->topk ? valid : a->topk;
+    for (int i = 0; i < k; i++) ids[i] = c[i].id;
+    qsort(ids, (size_t)k, sizeof *ids, ref_i32_cmp);
+    for (int i = 0; i < a->topk; i++) a->indices[(size_t)t * a->topk + i] = i < k ? ids[i] : -1;
+    if (a->lens) a->lens[t] = k;
+  }
+  free(c);
+  free(ids);
+}
+
+void dsa_ref_lse_combine(const dsa_lse_combine_args *a, float *out_f32, float *lse) {
+  const size_t rows = (size_t)a->num_tokens * a->num_heads;
+  for (size_t r = 0; r < rows; r++) {
+    double m = -INFINITY;
+    for (int w = 0; w < a->num_parts; w++) {
+      const double l = a->lses[w * rows + r];
+      if (isfinite(l) && l > m) m = l;
+    }
+    double acc[DSA_MLA_V_DIM] = {0};
+    double total = -INFINITY;
+    if (isfinite(m)) {
+      double sum = 0;
+      for (int w = 0; w < a->num_parts; w++) {
+        const double l = a->lses[w * rows + r];
+        if (isfinite(l)) sum += exp(l - m);
+      }
+      for (int w = 0; w < a->num_parts; w++) {
+        const double l = a->lses[w * rows + r];
+        if (!isfinite(l)) continue;
+        const double scale = exp(l - m) / sum;
+        for (int d = 0; d < DSA_MLA_V_DIM; d++) {
+          const size_t at = (w * rows + r) * DSA_MLA_V_DIM + d;
+          const double v = a->parts_dtype == DSA_DTYPE_F32 ? ((const float *)a->outs)[at]
+                                                           : dsa_bf16_to_float(((const uint16_t *)a->outs)[at]);
+          acc[d] += scale * v;
+        }
+      }
+      total = m + log(sum);
+    }
+    for (int d = 0; d < DSA_MLA_V_DIM; d++) out_f32[r * DSA_MLA_V_DIM + d] = (float)acc[d];
+    lse[r] = (float)total;
+  }
+}

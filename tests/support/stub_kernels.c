@@ -318,3 +318,42 @@ int dsa_mla_kv_store_launch(const dsa_mla_kv_store_args *a, cudaStream_t stream)
   g_dsa_stub.store_tokens += a->num_tokens;
   return 0;
 }
+
+/* ---- cp.cu ---- */
+int dsa_cp_candidates_launch(const dsa_cp_candidates_args *a, cudaStream_t stream) {
+  (void)stream;
+  REQUIRE(a->num_rows >= 1 && a->topk >= 1 && a->topk <= DSA_MAX_TOPK, "cp candidates rows %d topk %d", a->num_rows,
+          a->topk);
+  REQUIRE(a->shard.world_size >= 1 && a->shard.world_size <= DSA_MAX_CP_RANKS && a->shard.rank >= 0 &&
+              a->shard.rank < a->shard.world_size,
+          "cp candidates shard %d of %d", a->shard.rank, a->shard.world_size);
+  REQUIRE(a->local_indices && a->cand_scores && a->cand_ids && (a->max_len == 0 || a->scores),
+          "cp candidates pointers");
+  return count_launch();
+}
+
+int dsa_topk_merge_launch(const dsa_topk_merge_args *a, cudaStream_t stream) {
+  (void)stream;
+  REQUIRE(a->num_rows >= 1 && a->num_lists >= 1 && a->k_in >= 1 &&
+              (int64_t)a->num_lists * a->k_in <= DSA_MAX_MERGE_CANDIDATES,
+          "merge rows %d lists %d k_in %d", a->num_rows, a->num_lists, a->k_in);
+  REQUIRE(a->cand_scores && a->cand_ids && a->indices && a->topk >= 1 && a->topk <= DSA_MAX_TOPK, "merge pointers");
+  return count_launch();
+}
+
+int dsa_cp_local_indices_launch(const dsa_cp_local_indices_args *a, cudaStream_t stream) {
+  (void)stream;
+  REQUIRE(a->num_tokens >= 1 && a->indices && a->out_slots, "cp local indices tokens %d", a->num_tokens);
+  REQUIRE(a->workspace_slots || (a->block_table && a->q_len_per_req >= 1 && a->num_tokens % a->q_len_per_req == 0 &&
+                                 a->page_size >= 1 && a->block_table_stride >= a->max_blocks_per_req),
+          "cp local indices mapping");
+  return count_launch();
+}
+
+int dsa_lse_combine_launch(const dsa_lse_combine_args *a, cudaStream_t stream) {
+  (void)stream;
+  REQUIRE(a->num_tokens >= 1 && a->num_parts >= 1 && a->num_parts <= DSA_MAX_CP_RANKS && a->num_heads >= 1,
+          "lse combine tokens %d parts %d heads %d", a->num_tokens, a->num_parts, a->num_heads);
+  REQUIRE(a->outs && !misaligned(a->outs, 16) && a->out && !misaligned(a->out, 16) && a->lses, "lse combine pointers");
+  return count_launch();
+}

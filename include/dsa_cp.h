@@ -1,0 +1,74 @@
+/*
+ * dsa_cp.h — one DSA decode step over the W GPUs of a context-parallel group, through NCCL on the
+ * caller's communicator and stream (DESIGN.md §9). Optional: libdsa_cp is built only where NCCL is
+ * found, and links libdsa. Every rank calls dsa_cp_decode with its own shard (dsa.h "Context
+ * parallelism": round robin or blocks) — its index-K and KV caches and block table hold the
+ * positions it owns, addressed by local position — and the same query; every rank gets the whole
+ * result.
+ *
+ * The step, on `stream`:
+ *   1. local indexer   each token's local row (the owned positions below its L; an MTP token is a
+ *                      row of its own), scores (dsa_indexer_decode_scores), local top-k (dsa_topk),
+ *                      candidates (dsa_cp_candidates): topk (score, global position) pairs a token;
+ *   2. exchange        ncclAllGather of the candidates (W x tokens x topk x 8 bytes);
+ *   3. merge           dsa_topk_merge (exactly the one-GPU top-k), dsa_cp_local_indices;
+ *   4. attention       dsa_sparse_mla over the selected rows this rank owns: partial out and lse;
+ *   5. exchange        ncclAllGather of the partials (W x tokens x heads x (1 KiB + 4 bytes));
+ *   6. combine         dsa_lse_combine.
+ * stage_events (optional): 7 events, recorded before stage 1 and after each stage (profiling).
+ *
+ * Every argument is checked before the first launch or collective (the group must not be left
+ * waiting on a rank that returned early); a CUDA or NCCL failure after that leaves the other ranks'
+ * collectives pending: abort the communicator (ncclCommAbort) as NCCL's docs say.
+ */
+#ifndef DSA_CP_H
+#define DSA_CP_H
+
+#include <nccl.h>
+
+#include "dsa.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DSA_CP_STAGES 6
+
+typedef struct {
+  dsa_shard shard;               /* world_size = the communicator's size, rank = its rank */
+  /* indexer (as dsa_indexer_decode_args, but the lengths are global and the cache the rank's) */
+  dsa_indexer_query query;       /* all num_reqs * q_len_per_req tokens, the same on every rank */
+  dsa_index_k_cache index_cache; /* the rank's: its owned positions */
+  const int32_t *seq_lens;       /* [num_reqs] global lengths L (token j of n sees L - (n-1) + j) */
+  const int32_t *block_table;    /* [num_reqs, block_table_stride]: local position p -> page
+                                    block_table[r * stride + p / page_size] of both caches */
+  int64_t block_table_stride;
+  int max_blocks_per_req;
+  int num_reqs;
+  int q_len_per_req;             /* 1..DSA_MAX_Q_LEN_PER_REQ */
+  int max_seq_len;               /* host bound on every global L, 1..DSA_MAX_ROW_LEN */
+  int topk;                      /* 1..DSA_MAX_TOPK */
+  /* attention */
+  const void *q_attn;            /* [num_tokens, num_heads, 576] bf16, the same on every rank */
+  int num_heads;                 /* 1..DSA_MAX_ATTN_HEADS */
+  const void *kv_cache;          /* the rank's, slots page * page_size + offset as index_cache */
+  dsa_kv_format kv_format;
+  int64_t kv_num_slots;
+  int64_t kv_stride;             /* bf16 KV: elements between rows */
+  float softmax_scale;
+  /* outputs, every rank */
+  void *out;                     /* [num_tokens, num_heads, 512] bf16 */
+  float *lse;                    /* [num_tokens, num_heads] or NULL */
+  int32_t *topk_positions;       /* [num_tokens, topk] global positions, ascending, -1 after lens; or NULL */
+  int32_t *topk_lens;            /* [num_tokens] or NULL */
+  cudaEvent_t *stage_events;     /* NULL or DSA_CP_STAGES + 1 events */
+} dsa_cp_decode_args;
+
+dsa_status dsa_cp_decode_workspace_size(const dsa_cp_decode_args *args, size_t *bytes);
+dsa_status dsa_cp_decode(const dsa_cp_decode_args *args, ncclComm_t comm, void *workspace, size_t workspace_bytes,
+                         cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DSA_CP_H */

@@ -1,0 +1,38 @@
+/*
+ * cp_rows.cu — dsa_cp's one kernel of its own: each token's local row. Token t = r * n + j sees the
+ * global positions below L_j = clamp(seq_lens[r] - (n - 1) + j, 0, max_seq_len); of those, the rank
+ * owns local_lens[t] (its first ones, in order). With MTP (n > 1) every token becomes a request of
+ * its own, so request r's block-table row is copied to row t of bt_out.
+ */
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "dsa.h"
+#include "launch.cuh"
+
+static __device__ __forceinline__ int64_t owned_below(const dsa_shard &s, int64_t L) {
+  if (L <= 0) return 0;
+  if (s.layout == DSA_SHARD_ROUND_ROBIN) return L > s.rank ? (L - s.rank + s.world_size - 1) / s.world_size : 0;
+  const int64_t lo = (int64_t)s.rank * s.block, hi = lo + s.block;
+  return L <= lo ? 0 : (L < hi ? L : hi) - lo;
+}
+
+__global__ void cp_local_rows_kernel(const dsa_shard s, const int32_t *seq_lens, int n, int max_seq_len,
+                                     const int32_t *bt, int64_t bt_stride, int maxb, int32_t *local_lens,
+                                     int32_t *bt_out) {
+  const int t = blockIdx.x, r = t / n, j = t % n;
+  if (threadIdx.x == 0) {
+    int64_t L = (int64_t)seq_lens[r] - (n - 1) + j;
+    L = L < 0 ? 0 : L > max_seq_len ? max_seq_len : L;
+    local_lens[t] = (int32_t)owned_below(s, L);
+  }
+  if (bt_out)
+    for (int i = threadIdx.x; i < maxb; i += blockDim.x) bt_out[(int64_t)t * maxb + i] = bt[r * bt_stride + i];
+}
+
+extern "C" int dsa_cp_local_rows_launch(const dsa_shard *s, const int32_t *seq_lens, int num_tokens, int n,
+                                        int max_seq_len, const int32_t *bt, int64_t bt_stride, int maxb,
+                                        int32_t *local_lens, int32_t *bt_out, cudaStream_t stream) {
+  return (int)dsa_launch(cp_local_rows_kernel, dim3((unsigned)num_tokens), 128, 0, stream, false, *s, seq_lens, n,
+                         max_seq_len, bt, bt_stride, maxb, local_lens, bt_out);
+}
