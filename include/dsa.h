@@ -359,13 +359,16 @@ typedef struct {
 
 /* Row t's local top-k positions p = local_indices[t * topk + i] (from dsa_topk over the rank's
  * scores) become cand_scores[t * topk + i] = scores[t * scores_stride + p] and cand_ids[...] = the
- * global position of p; an entry with p < 0 or p >= max_len gets id -1 and score -inf. */
+ * global position of local position row_offsets[t] + p (row_offsets NULL: p; prefill: the token's
+ * first local row); an entry with p < 0 or p >= max_len (or a global position past 2^31 - 1) gets
+ * id -1 and score -inf. */
 typedef struct {
   dsa_shard shard;
   const float *scores;            /* [num_rows, scores_stride] the rank's local scores */
   int64_t scores_stride;          /* >= max_len */
   int max_len;                    /* 0..DSA_MAX_ROW_LEN: local positions a row may hold */
   const int32_t *local_indices;   /* [num_rows, topk] */
+  const int32_t *row_offsets;     /* [num_rows] (>= 0) or NULL */
   int num_rows;                   /* >= 0 */
   int topk;                       /* 1..DSA_MAX_TOPK */
   float *cand_scores;             /* [num_rows, topk] */

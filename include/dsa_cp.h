@@ -1,5 +1,5 @@
 /*
- * dsa_cp.h — one DSA decode step over the W GPUs of a context-parallel group, through NCCL on the
+ * dsa_cp.h — one DSA decode or prefill step over the W GPUs of a context-parallel group, through NCCL on the
  * caller's communicator and stream (DESIGN.md §9). Optional: libdsa_cp is built only where NCCL is
  * found, and links libdsa. Every rank calls dsa_cp_decode with its own shard (dsa.h "Context
  * parallelism": round robin or blocks) — its index-K and KV caches and block table hold the
@@ -67,6 +67,41 @@ typedef struct {
 dsa_status dsa_cp_decode_workspace_size(const dsa_cp_decode_args *args, size_t *bytes);
 dsa_status dsa_cp_decode(const dsa_cp_decode_args *args, ncclComm_t comm, void *workspace, size_t workspace_bytes,
                          cudaStream_t stream);
+
+/* Prefill: token t sees the global workspace rows [row_starts[t], row_ends[t]) (clamped as
+ * dsa_indexer_prefill clamps them: to [0, num_workspace_rows) and to max_rows rows); the rank holds
+ * the rows it owns as its local workspace (kv_workspace_slots: local row -> its cache slot). Stage 1
+ * runs a chunk of tokens at a time (scores of at most 256 MiB); the rest as decode. The output
+ * positions are global workspace rows. */
+typedef struct {
+  dsa_shard shard;
+  dsa_indexer_query query;           /* all num_tokens tokens, the same on every rank */
+  dsa_index_k_cache index_cache;     /* the rank's */
+  const int64_t *kv_workspace_slots; /* [num_local_rows]: the rank's rows (its owned global rows in order) */
+  int64_t num_local_rows;
+  int64_t num_workspace_rows;        /* global rows, 0..DSA_MAX_ROW_LEN */
+  const int32_t *row_starts;         /* [num_tokens] global rows */
+  const int32_t *row_ends;           /* [num_tokens] */
+  int num_tokens;
+  int max_rows;                      /* host bound on row_ends - row_starts; 0 = num_workspace_rows */
+  int topk;
+  const void *q_attn;                /* [num_tokens, num_heads, 576] bf16 */
+  int num_heads;
+  const void *kv_cache;              /* the rank's */
+  dsa_kv_format kv_format;
+  int64_t kv_num_slots;
+  int64_t kv_stride;
+  float softmax_scale;
+  void *out;                         /* [num_tokens, num_heads, 512] bf16 */
+  float *lse;                        /* or NULL */
+  int32_t *topk_positions;           /* [num_tokens, topk] global rows, ascending; or NULL */
+  int32_t *topk_lens;                /* or NULL */
+  cudaEvent_t *stage_events;         /* NULL or DSA_CP_STAGES + 1 events */
+} dsa_cp_prefill_args;
+
+dsa_status dsa_cp_prefill_workspace_size(const dsa_cp_prefill_args *args, size_t *bytes);
+dsa_status dsa_cp_prefill(const dsa_cp_prefill_args *args, ncclComm_t comm, void *workspace, size_t workspace_bytes,
+                          cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -818,9 +818,10 @@ dsa_status dsa_cp_candidates(const dsa_cp_candidates_args *a, cudaStream_t strea
   if (a->scores_stride < a->max_len)
     return fail(DSA_ERR_INVALID_VALUE, "%s: scores_stride = %lld < max_len = %d", fn, (long long)a->scores_stride,
                 a->max_len);
-  /* global positions are int32: the largest local position must map below 2^31 */
+  /* global positions are int32: the largest local position must map below 2^31 (with row_offsets,
+   * the kernel's int32 ids are the caller's bound: dsa.h) */
   const dsa_shard *s = &a->shard;
-  if (a->max_len > 0) {
+  if (a->max_len > 0 && !a->row_offsets) {
     const int64_t last = s->layout == DSA_SHARD_ROUND_ROBIN
                              ? (int64_t)(a->max_len - 1) * s->world_size + s->rank
                              : (int64_t)s->rank * s->block + a->max_len - 1;
@@ -840,6 +841,8 @@ dsa_status dsa_cp_candidates(const dsa_cp_candidates_args *a, cudaStream_t strea
   NEED_ALIGNED(a->local_indices, 4, "local_indices");
   NEED_ALIGNED(a->cand_scores, 4, "cand_scores");
   NEED_ALIGNED(a->cand_ids, 4, "cand_ids");
+  NEED_ALIGNED(a->row_offsets, 4, "row_offsets");
+  if (a->row_offsets) CHECK(check_array(fn, "row_offsets", a->row_offsets, a->num_rows, 4));
   CHECK(check_extent(fn, "scores", a->scores, a->num_rows, a->scores_stride, a->max_len, 4));
   const int64_t n = (int64_t)a->num_rows * a->topk;
   CHECK(check_array(fn, "local_indices", a->local_indices, n, 4));

@@ -4,7 +4,8 @@
  * the whole context): every rank's top-k positions and lens identical to the one GPU's; every
  * rank's out within DESIGN.md §5's attention tolerance of the one GPU's (both bf16, so the bound is
  * the tolerance, 1e-2), lse within 1e-3 x max(1, |lse|); the ranks' outputs identical to each
- * other. Rounds: round robin and blocks, MTP, lengths below / at / above topk, equal scores.
+ * other. Cases: decode (round robin and blocks, MTP, lengths below / at / above topk, equal
+ * scores) and prefill (dsa_cp_prefill against dsa_indexer_prefill: causal tokens, chunks).
  * Exit 77 (skipped, with the reason) with fewer than 2 sm_90 GPUs.
  */
 #include <math.h>
@@ -20,19 +21,23 @@ static int g_pass, g_fail;
 typedef struct {
   const char *name;
   dsa_shard_layout layout;
-  int num_reqs, q_len;
+  int num_reqs, q_len, prefill_tokens;
   int32_t lens[8];
   int index_heads, heads, topk, q_fp8, ties;
 } nccl_case;
 
 static const nccl_case k_cases[] = {
-    {"round robin, 1 request x 300000, fp8 q", DSA_SHARD_ROUND_ROBIN, 1, 1, {300000}, 32, 16, 2048, 1, 0},
-    {"round robin, MTP 2, 3 requests (70000, 2049, 2048), 64 heads", DSA_SHARD_ROUND_ROBIN, 3, 2, {70000, 2049, 2048},
-     32, 64, 2048, 1, 0},
-    {"blocks, 4 requests (100000, 5000, 1, 0), bf16 q", DSA_SHARD_BLOCKS, 4, 1, {100000, 5000, 1, 0}, 32, 16, 2048,
+    {"round robin, 1 request x 300000, fp8 q", DSA_SHARD_ROUND_ROBIN, 1, 1, 0, {300000}, 32, 16, 2048, 1, 0},
+    {"round robin, MTP 2, 3 requests (70000, 2049, 2048), 64 heads", DSA_SHARD_ROUND_ROBIN, 3, 2, 0,
+     {70000, 2049, 2048}, 32, 64, 2048, 1, 0},
+    {"blocks, 4 requests (100000, 5000, 1, 0), bf16 q", DSA_SHARD_BLOCKS, 4, 1, 0, {100000, 5000, 1, 0}, 32, 16, 2048,
      0, 0},
-    {"round robin, 2 requests of equal scores (9000, 3000), topk 512", DSA_SHARD_ROUND_ROBIN, 2, 1, {9000, 3000}, 32,
-     16, 512, 1, 1},
+    {"round robin, 2 requests of equal scores (9000, 3000), topk 512", DSA_SHARD_ROUND_ROBIN, 2, 1, 0, {9000, 3000},
+     32, 16, 512, 1, 1},
+    {"prefill round robin, 300 tokens at the end of 150000 rows (two chunks of local rows)", DSA_SHARD_ROUND_ROBIN, 1,
+     1, 300, {150000}, 32, 16, 2048, 1, 0},
+    {"prefill blocks, 70 tokens at the end of 3000 rows (L around topk), bf16 q, 64 heads", DSA_SHARD_BLOCKS, 1, 1, 70,
+     {3000}, 32, 64, 2048, 0, 0},
 };
 
 static void check(int ok, const char *name, const char *detail) {
@@ -53,8 +58,9 @@ static float bf16f(uint16_t x) {
 }
 
 static void run_case(const nccl_case *c, int W, ncclComm_t *comms) {
-  const cp_spec sp = {c->num_reqs, c->q_len, c->lens, c->index_heads, c->heads, c->topk, c->q_fp8, c->ties, 7001};
-  const int T = c->num_reqs * c->q_len, K = c->topk, H = c->heads;
+  const cp_spec sp = {c->num_reqs,    c->q_len, c->prefill_tokens, c->lens, c->index_heads,
+                      c->heads,       c->topk,  c->q_fp8,          c->ties, 7001};
+  const int T = c->prefill_tokens > 0 ? c->prefill_tokens : c->num_reqs * c->q_len, K = c->topk, H = c->heads;
   const size_t no = (size_t)T * H * 512;
   char name[256], detail[256];
   /* one GPU */

@@ -6,8 +6,10 @@
  * plain launches after 3 warm-ups (no CUDA graph on either side). --check compares every rank's
  * top-k with the one GPU's (identical) and its attention output (relative L2 <= 1e-2).
  *
- *   dsa-bench cp [--gpus W] [--sizes 128k,1M,4M] [--batches 1,8] [--mtp N] [--layout rr|blocks]
- *                [--iters N] [--check] [--json FILE]
+ *   dsa-bench cp [--gpus W] [--sizes 128k,1M,4M] [--batches 1,8] [--mtp N] [--prefill N]
+ *                [--layout rr|blocks] [--iters N] [--check] [--json FILE]
+ * --prefill N: prefill rows instead (dsa_cp_prefill against dsa_indexer_prefill): N query tokens at
+ * the end of an S-row context, token j seeing S - N + 1 + j rows.
  */
 #include <math.h>
 #include <stdio.h>
@@ -46,7 +48,7 @@ static float bf16f(uint16_t x) {
 }
 
 int cp_bench_main(int argc, char **argv) {
-  int W = 2, mtp = 1, iters = 20, check = 0, nsizes = 3, nbatches = 2;
+  int W = 2, mtp = 1, iters = 20, check = 0, nsizes = 3, nbatches = 2, prefill = 0;
   int64_t sizes[MAXN] = {131072, 1 << 20, 4 << 20}, batches[MAXN] = {1, 8};
   dsa_shard_layout layout = DSA_SHARD_ROUND_ROBIN;
   const char *json = NULL;
@@ -56,20 +58,21 @@ int cp_bench_main(int argc, char **argv) {
     else if (!strcmp(a, "--sizes") && v) nsizes = parse_sizes(argv[++i], sizes);
     else if (!strcmp(a, "--batches") && v) nbatches = parse_sizes(argv[++i], batches);
     else if (!strcmp(a, "--mtp") && v) mtp = atoi(argv[++i]);
+    else if (!strcmp(a, "--prefill") && v) prefill = atoi(argv[++i]);
     else if (!strcmp(a, "--iters") && v) iters = atoi(argv[++i]);
     else if (!strcmp(a, "--layout") && v) layout = !strcmp(argv[++i], "blocks") ? DSA_SHARD_BLOCKS : DSA_SHARD_ROUND_ROBIN;
     else if (!strcmp(a, "--check")) check = 1;
     else if (!strcmp(a, "--json") && v) json = argv[++i];
     else {
       fprintf(stderr, "usage: dsa-bench cp [--gpus W] [--sizes LIST] [--batches LIST] [--mtp N] "
-                      "[--layout rr|blocks] [--iters N] [--check] [--json FILE]\n");
+                      "[--prefill N] [--layout rr|blocks] [--iters N] [--check] [--json FILE]\n");
       return 2;
     }
   }
   if (!getenv("NCCL_NVLS_ENABLE")) setenv("NCCL_NVLS_ENABLE", "0", 1); /* NVLink multicast off (DESIGN.md §9) */
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < W || W < 2 || W > DSA_MAX_CP_RANKS || mtp < 1 ||
-      mtp > DSA_MAX_Q_LEN_PER_REQ || iters < 1) {
+      mtp > DSA_MAX_Q_LEN_PER_REQ || iters < 1 || prefill < 0) {
     fprintf(stderr, "dsa-bench cp: --gpus %d needs that many GPUs (found %d), 2..%d; --mtp 1..%d; --iters >= 1\n", W,
             ndev, DSA_MAX_CP_RANKS, DSA_MAX_Q_LEN_PER_REQ);
     return 2;
@@ -96,24 +99,25 @@ int cp_bench_main(int argc, char **argv) {
   strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
   if (jf)
     fprintf(jf, "{\n  \"bench\": \"cp\",\n  \"device\": \"%s\",\n  \"gpus\": %d,\n  \"nccl\": %d,\n  \"date\": \"%s\",\n"
-                "  \"options\": {\"layout\": \"%s\", \"mtp\": %d, \"iters\": %d, \"check\": %s, \"index_heads\": 32, "
+                "  \"options\": {\"layout\": \"%s\", \"mtp\": %d, \"prefill_tokens\": %d, \"iters\": %d, \"check\": %s, \"index_heads\": 32, "
                 "\"heads\": 16, \"topk\": 2048, \"q\": \"fp8\", \"kv\": \"fp8\"},\n  \"rows\": [",
-            prop.name, W, nccl_version, date, layout == DSA_SHARD_BLOCKS ? "blocks" : "round robin", mtp, iters,
+            prop.name, W, nccl_version, date, layout == DSA_SHARD_BLOCKS ? "blocks" : "round robin", mtp, prefill, iters,
             check ? "true" : "false");
-  printf("dsa-bench cp on %d x %s (NCCL %d, NCCL_NVLS_ENABLE=%s): decode, %s shards, MTP %d, median of %d\n", W,
-         prop.name, nccl_version, getenv("NCCL_NVLS_ENABLE"), layout == DSA_SHARD_BLOCKS ? "block" : "round-robin", mtp,
-         iters);
+  printf("dsa-bench cp on %d x %s (NCCL %d, NCCL_NVLS_ENABLE=%s): %s, %s shards, MTP %d, median of %d\n", W,
+         prop.name, nccl_version, getenv("NCCL_NVLS_ENABLE"), prefill ? "prefill" : "decode",
+         layout == DSA_SHARD_BLOCKS ? "block" : "round-robin", mtp, iters);
+  if (prefill) nbatches = 1; /* one sequence */
   printf("%8s %3s %9s %9s %9s %6s |", "S", "B", "1gpu_ms", "cp_ms", "slowest", "ratio");
   for (int s = 0; s < DSA_CP_STAGES; s++) printf(" %7s", stage_names[s]);
   printf(" %8s %s\n", "ws_MiB", "check");
   int rc = 0, first = 1;
   for (int bi = 0; bi < nbatches; bi++)
     for (int si = 0; si < nsizes; si++) {
-      const int B = (int)batches[bi], T = B * mtp, K = 2048, H = 16;
+      const int B = prefill ? 1 : (int)batches[bi], T = prefill ? prefill : B * mtp, K = 2048, H = 16;
       int32_t lens[64];
-      if (B > 64) continue;
+      if (B > 64 || (prefill && sizes[si] < prefill)) continue;
       for (int r = 0; r < B; r++) lens[r] = (int32_t)sizes[si];
-      const cp_spec sp = {B, mtp, lens, 32, H, K, 1, 0, 4242};
+      const cp_spec sp = {B, prefill ? 1 : mtp, prefill, lens, 32, H, K, 1, 0, 4242};
       /* one GPU */
       int32_t *pos1 = malloc((size_t)T * K * 4), *len1 = malloc((size_t)T * 4);
       uint16_t *out1 = malloc((size_t)T * H * 512 * 2);
@@ -172,9 +176,9 @@ int cp_bench_main(int argc, char **argv) {
       fflush(stdout);
       if (jf) {
         fprintf(jf, "%s\n    {\"S\": %lld, \"batch\": %d, \"mtp\": %d, \"one_gpu_ms\": %.5f, \"cp_ms\": %.5f, "
-                    "\"cp_slowest_rank_ms\": %.5f, \"ratio\": %.4f, \"stages_ms\": {",
+                    "\"cp_slowest_rank_ms\": %.5f, \"ratio\": %.4f, \"prefill_tokens\": %d, \"stages_ms\": {",
                 first ? "" : ",", (long long)sizes[si], B, mtp, one_ms, run.total_ms, run.total_ms_slowest,
-                one_ms > 0 ? run.total_ms / one_ms : 0);
+                one_ms > 0 ? run.total_ms / one_ms : 0, prefill);
         for (int s = 0; s < DSA_CP_STAGES; s++)
           fprintf(jf, "%s\"%s\": %.5f", s ? ", " : "", stage_names[s], run.stage_ms[s]);
         fprintf(jf, "}, \"workspace_bytes\": %lld, \"check\": \"%s\", \"attn_rel_l2\": %.3g}",

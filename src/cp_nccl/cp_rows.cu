@@ -1,8 +1,9 @@
 /*
- * cp_rows.cu — dsa_cp's one kernel of its own: each token's local row. Token t = r * n + j sees the
- * global positions below L_j = clamp(seq_lens[r] - (n - 1) + j, 0, max_seq_len); of those, the rank
- * owns local_lens[t] (its first ones, in order). With MTP (n > 1) every token becomes a request of
- * its own, so request r's block-table row is copied to row t of bt_out.
+ * cp_rows.cu — dsa_cp's kernels of its own: which local rows each token sees.
+ * Decode: token t = r * n + j sees the global positions below L_j = clamp(seq_lens[r] - (n - 1) + j,
+ * 0, max_seq_len); of those, the rank owns local_lens[t] (its first ones, in order). With MTP
+ * (n > 1) every token becomes a request of its own, so request r's block-table row is copied to row
+ * t of bt_out. Prefill: a token's global rows map to one contiguous range of local rows.
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -35,4 +36,29 @@ extern "C" int dsa_cp_local_rows_launch(const dsa_shard *s, const int32_t *seq_l
                                         int32_t *local_lens, int32_t *bt_out, cudaStream_t stream) {
   return (int)dsa_launch(cp_local_rows_kernel, dim3((unsigned)num_tokens), 128, 0, stream, false, *s, seq_lens, n,
                          max_seq_len, bt, bt_stride, maxb, local_lens, bt_out);
+}
+
+/* Prefill: token t's global rows [b, b + len) (dsa_indexer_prefill's clamp) are, on this rank, the
+ * local rows [starts[t], ends[t]); lens[t] = ends[t] - starts[t]. */
+__global__ void cp_local_ranges_kernel(const dsa_shard s, const int32_t *row_starts, const int32_t *row_ends, int T,
+                                       int64_t num_ws_rows, int64_t max_rows, int32_t *starts, int32_t *ends,
+                                       int32_t *lens) {
+  for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < T; t += gridDim.x * blockDim.x) {
+    int64_t b = row_starts[t], e = row_ends[t];
+    b = b < 0 ? 0 : b > num_ws_rows ? num_ws_rows : b;
+    e = e < b ? b : e > num_ws_rows ? num_ws_rows : e;
+    if (e - b > max_rows) e = b + max_rows;
+    const int64_t lb = owned_below(s, b), le = owned_below(s, e);
+    starts[t] = (int32_t)lb;
+    ends[t] = (int32_t)le;
+    lens[t] = (int32_t)(le - lb);
+  }
+}
+
+extern "C" int dsa_cp_local_ranges_launch(const dsa_shard *s, const int32_t *row_starts, const int32_t *row_ends,
+                                          int num_tokens, int64_t num_ws_rows, int64_t max_rows, int32_t *starts,
+                                          int32_t *ends, int32_t *lens, cudaStream_t stream) {
+  const int blocks = (num_tokens + 255) / 256;
+  return (int)dsa_launch(cp_local_ranges_kernel, dim3((unsigned)(blocks < 1024 ? blocks : 1024)), 256, 0, stream, false,
+                         *s, row_starts, row_ends, num_tokens, num_ws_rows, max_rows, starts, ends, lens);
 }

@@ -89,7 +89,7 @@ extern "C" int cp_build(const cp_spec *sp, const dsa_shard *s, int device, cp_da
   d->device = device;
   d->shard = s ? *s : dsa_shard{1, 0, DSA_SHARD_ROUND_ROBIN, 0};
   CK(cudaSetDevice(device));
-  const int R = sp->num_reqs, T = R * sp->q_len, H = sp->index_heads;
+  const int R = sp->num_reqs, T = sp->prefill_tokens > 0 ? sp->prefill_tokens : R * sp->q_len, H = sp->index_heads;
   std::vector<int64_t> rows(R);
   int64_t maxrows = 1;
   for (int r = 0; r < R; r++) {
@@ -143,6 +143,23 @@ extern "C" int cp_build(const cp_spec *sp, const dsa_shard *s, int device, cp_da
   cp_gen_query<<<1024, 256>>>(sp->seed, nq, nh, na, sp->q_fp8, d->q, d->q_scale, d->weights, (__nv_bfloat16 *)d->q_attn);
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
+  if (sp->prefill_tokens > 0) { /* local rows = the owned positions of request 0, in order */
+    d->num_rows = rows[0];
+    std::vector<int64_t> ws((size_t)std::max<int64_t>(d->num_rows, 1));
+    for (int64_t p = 0; p < d->num_rows; p++) ws[p] = (int64_t)d->h_bt[p / CP_PAGE] * CP_PAGE + p % CP_PAGE;
+    std::vector<int32_t> st(T), en(T);
+    const int64_t S = sp->seq_lens[0];
+    for (int t = 0; t < T; t++) {
+      st[t] = 0;
+      en[t] = (int32_t)(S - T + 1 + t);
+    }
+    CK(cudaMalloc(&d->ws_slots, ws.size() * 8));
+    CK(cudaMemcpy(d->ws_slots, ws.data(), ws.size() * 8, cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&d->row_starts, (size_t)T * 4));
+    CK(cudaMalloc(&d->row_ends, (size_t)T * 4));
+    CK(cudaMemcpy(d->row_starts, st.data(), (size_t)T * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d->row_ends, en.data(), (size_t)T * 4, cudaMemcpyHostToDevice));
+  }
   d->index_scale = 1.0f / sqrtf(128.0f * H);
   d->attn_scale = 1.0f / sqrtf(192.0f + 64.0f);
   return 0;
@@ -158,6 +175,9 @@ extern "C" void cp_free(cp_data *d) {
   cudaFree(d->q_scale);
   cudaFree(d->weights);
   cudaFree(d->q_attn);
+  cudaFree(d->ws_slots);
+  cudaFree(d->row_starts);
+  cudaFree(d->row_ends);
   free(d->h_bt);
   memset(d, 0, sizeof *d);
 }
@@ -206,10 +226,45 @@ extern "C" dsa_cp_decode_args cp_decode_args(const cp_spec *sp, const cp_data *d
   return a;
 }
 
+extern "C" dsa_cp_prefill_args cp_prefill_args(const cp_spec *sp, const cp_data *d) {
+  dsa_cp_prefill_args a;
+  memset(&a, 0, sizeof a);
+  a.shard = d->shard;
+  a.query = query_of(sp, d);
+  a.index_cache = dsa_index_k_cache{d->index_k, d->num_pages, CP_PAGE};
+  a.kv_workspace_slots = d->ws_slots;
+  a.num_local_rows = d->num_rows;
+  a.num_workspace_rows = sp->seq_lens[0];
+  a.row_starts = d->row_starts;
+  a.row_ends = d->row_ends;
+  a.num_tokens = sp->prefill_tokens;
+  a.max_rows = sp->seq_lens[0];
+  a.topk = sp->topk;
+  a.q_attn = d->q_attn;
+  a.num_heads = sp->heads;
+  a.kv_cache = d->kv;
+  a.kv_format = DSA_KV_FP8_PACKED;
+  a.kv_num_slots = d->num_pages * CP_PAGE;
+  a.softmax_scale = d->attn_scale;
+  return a;
+}
+
 extern "C" int cp_one_gpu(const cp_spec *sp, cp_data *d, cudaStream_t stream, int iters, double *ms,
                           int32_t *h_positions, int32_t *h_lens, void *out, float *lse) {
   CK(cudaSetDevice(d->device));
-  const int T = sp->num_reqs * sp->q_len, K = sp->topk;
+  const int T = sp->prefill_tokens > 0 ? sp->prefill_tokens : sp->num_reqs * sp->q_len, K = sp->topk;
+  dsa_indexer_prefill_args pa;
+  memset(&pa, 0, sizeof pa);
+  pa.query = query_of(sp, d);
+  pa.cache = dsa_index_k_cache{d->index_k, d->num_pages, CP_PAGE};
+  pa.kv_workspace_slots = d->ws_slots;
+  pa.num_workspace_rows = d->num_rows;
+  pa.row_starts = d->row_starts;
+  pa.row_ends = d->row_ends;
+  pa.num_tokens = T;
+  pa.max_rows = (int)d->num_rows;
+  pa.topk = K;
+  pa.output_global_slots = 1;
   dsa_indexer_decode_args ia;
   memset(&ia, 0, sizeof ia);
   ia.query = query_of(sp, d);
@@ -227,6 +282,9 @@ extern "C" int cp_one_gpu(const cp_spec *sp, cp_data *d, cudaStream_t stream, in
   CK(cudaMalloc(&lens, (size_t)T * 4));
   ia.topk_indices = idx;
   ia.topk_lens = lens;
+  pa.topk_indices = idx;
+  pa.topk_lens = lens;
+  const int prefill = sp->prefill_tokens > 0;
   dsa_sparse_mla_args aa;
   memset(&aa, 0, sizeof aa);
   aa.q = d->q_attn;
@@ -243,7 +301,8 @@ extern "C" int cp_one_gpu(const cp_spec *sp, cp_data *d, cudaStream_t stream, in
   aa.out = out;
   aa.lse = lse;
   size_t wi = 0, wa = 0;
-  DK(dsa_indexer_decode_workspace_size(&ia, &wi));
+  if (prefill) DK(dsa_indexer_prefill_workspace_size(&pa, &wi));
+  else DK(dsa_indexer_decode_workspace_size(&ia, &wi));
   DK(dsa_sparse_mla_workspace_size(&aa, &wa));
   void *ws;
   CK(cudaMalloc(&ws, std::max(wi, wa) + 256));
@@ -253,7 +312,8 @@ extern "C" int cp_one_gpu(const cp_spec *sp, cp_data *d, cudaStream_t stream, in
   CK(cudaEventCreate(&e1));
   for (int it = -3; it < std::max(iters, 0) || it < 1; it++) {
     CK(cudaEventRecord(e0, stream));
-    DK(dsa_indexer_decode(&ia, ws, wi, stream));
+    if (prefill) DK(dsa_indexer_prefill(&pa, ws, wi, stream));
+    else DK(dsa_indexer_decode(&ia, ws, wi, stream));
     DK(dsa_sparse_mla(&aa, ws, wa, stream));
     CK(cudaEventRecord(e1, stream));
     CK(cudaEventSynchronize(e1));
@@ -302,13 +362,16 @@ typedef struct {
 static int rank_body(cp_thread *th) {
   cp_run *run = th->run;
   const cp_spec *sp = run->sp;
-  const int r = th->rank, T = sp->num_reqs * sp->q_len, K = sp->topk, H = sp->heads;
+  const int r = th->rank, T = sp->prefill_tokens > 0 ? sp->prefill_tokens : sp->num_reqs * sp->q_len, K = sp->topk,
+            H = sp->heads;
   dsa_shard s = {run->world_size, r, run->layout, run->block};
   cp_data d;
   if (cp_build(sp, &s, r, &d)) return 1;
   cudaStream_t stream;
   CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const int prefill = sp->prefill_tokens > 0;
   dsa_cp_decode_args a = cp_decode_args(sp, &d);
+  dsa_cp_prefill_args pa = cp_prefill_args(sp, &d);
   int32_t *pos, *lens;
   float *lse;
   void *out;
@@ -323,14 +386,21 @@ static int rank_body(cp_thread *th) {
   cudaEvent_t ev[DSA_CP_STAGES + 1];
   for (int i = 0; i <= DSA_CP_STAGES; i++) CK(cudaEventCreate(&ev[i]));
   a.stage_events = ev;
+  pa.topk_positions = pos;
+  pa.topk_lens = lens;
+  pa.out = out;
+  pa.lse = lse;
+  pa.stage_events = ev;
   size_t wsb = 0;
-  DK(dsa_cp_decode_workspace_size(&a, &wsb));
+  if (prefill) DK(dsa_cp_prefill_workspace_size(&pa, &wsb));
+  else DK(dsa_cp_decode_workspace_size(&a, &wsb));
   if (r == 0) run->workspace_bytes = (int64_t)wsb;
   void *ws;
   CK(cudaMalloc(&ws, wsb + 256));
   std::vector<std::vector<float>> st(DSA_CP_STAGES + 1);
   for (int it = -3; it < run->iters || it < 1; it++) {
-    DK(dsa_cp_decode(&a, run->comms[r], ws, wsb, stream));
+    if (prefill) DK(dsa_cp_prefill(&pa, run->comms[r], ws, wsb, stream));
+    else DK(dsa_cp_decode(&a, run->comms[r], ws, wsb, stream));
     CK(cudaEventSynchronize(ev[DSA_CP_STAGES]));
     if (it < 0) continue;
     for (int i = 0; i < DSA_CP_STAGES; i++) {

@@ -22,6 +22,8 @@ extern "C" {
 
 typedef struct {
   int num_reqs, q_len;        /* decode: num_reqs requests x q_len tokens */
+  int prefill_tokens;         /* > 0: prefill instead — num_reqs = 1, its seq_lens[0] rows are the
+                                 workspace, token j of N sees the first S - N + 1 + j */
   const int32_t *seq_lens;    /* host [num_reqs] global lengths */
   int index_heads, heads, topk;
   int q_fp8;                  /* FP8 indexer q with a per-head scale (else bf16) */
@@ -45,6 +47,10 @@ typedef struct {
   float *weights;             /* [T, index_heads] */
   void *q_attn;               /* [T, heads, 576] bf16 */
   float index_scale, attn_scale;
+  /* prefill: the rows this device holds (local row p = local position p) and the tokens' global ranges */
+  int64_t *ws_slots;          /* [num_rows] */
+  int64_t num_rows;
+  int32_t *row_starts, *row_ends; /* [T] */
 } cp_data;
 
 /* Builds on `device` (made current) the caches of the positions shard `s` owns (NULL: all of
@@ -52,7 +58,8 @@ typedef struct {
 int cp_build(const cp_spec *sp, const dsa_shard *s, int device, cp_data *d);
 void cp_free(cp_data *d);
 
-/* The one-GPU step on d (the whole context): dsa_indexer_decode + dsa_sparse_mla, `iters` times
+/* The one-GPU step on d (the whole context): dsa_indexer_decode (prefill: dsa_indexer_prefill) +
+ * dsa_sparse_mla, `iters` times
  * (median ms of both into *ms when iters > 0); then h_positions [T, topk] = the selected global
  * positions (ascending, -1 after h_lens), out / lse (device) as the attention wrote them. */
 int cp_one_gpu(const cp_spec *sp, cp_data *d, cudaStream_t stream, int iters, double *ms, int32_t *h_positions,
@@ -60,6 +67,7 @@ int cp_one_gpu(const cp_spec *sp, cp_data *d, cudaStream_t stream, int iters, do
 
 /* The dsa_cp step's args for rank data d (outputs and stage events left to the caller). */
 dsa_cp_decode_args cp_decode_args(const cp_spec *sp, const cp_data *d);
+dsa_cp_prefill_args cp_prefill_args(const cp_spec *sp, const cp_data *d);
 
 /* W ranks on devices 0..W-1 (comms from ncclCommInitAll), one host thread each: every rank builds
  * its shard, runs dsa_cp_decode 3 + iters times (stage events on each), and copies its outputs of
