@@ -396,7 +396,9 @@ typedef struct {
 DSA_API dsa_status dsa_topk_merge(const dsa_topk_merge_args *args, cudaStream_t stream);
 
 /* A global selection (global positions, -1 = none) kept where this rank owns it: out_slots[t, i] =
- * the rank's cache slot of global position indices[t, i] when owner = shard.rank, else -1.
+ * the rank's cache slot of global position indices[t, i] when owner = shard.rank, else -1; with
+ * out_lens, compacted instead: the owned entries first (in the selection's order), -1 after
+ * out_lens[t] of them — attention then reads only those (dsa_sparse_mla's lens).
  * Local position p maps as the indexer maps positions: decode (workspace_slots NULL) through the
  * block table — block_table[(t / q_len_per_req) * block_table_stride + p / page_size] * page_size
  * + p % page_size, -1 where p passes max_blocks_per_req * page_size or the page id is outside
@@ -415,6 +417,7 @@ typedef struct {
   const int64_t *workspace_slots; /* prefill: [num_workspace_rows]; non-NULL selects prefill */
   int64_t num_workspace_rows;
   int32_t *out_slots;             /* [num_tokens, topk] */
+  int32_t *out_lens;              /* [num_tokens] or NULL (not compacted) */
 } dsa_cp_local_indices_args;
 DSA_API dsa_status dsa_cp_local_indices(const dsa_cp_local_indices_args *args, cudaStream_t stream);
 

@@ -904,9 +904,11 @@ dsa_status dsa_cp_local_indices(const dsa_cp_local_indices_args *a, cudaStream_t
   NEED_PTR(a->out_slots, "out_slots");
   NEED_ALIGNED(a->indices, 4, "indices");
   NEED_ALIGNED(a->out_slots, 4, "out_slots");
+  NEED_ALIGNED(a->out_lens, 4, "out_lens");
   const int64_t n = (int64_t)a->num_tokens * a->topk;
   CHECK(check_array(fn, "indices", a->indices, n, 4));
   CHECK(check_array(fn, "out_slots", a->out_slots, n, 4));
+  if (a->out_lens) CHECK(check_array(fn, "out_lens", a->out_lens, a->num_tokens, 4));
   if (a->workspace_slots) {
     NEED_ALIGNED(a->workspace_slots, 8, "workspace_slots");
     CHECK(check_array(fn, "workspace_slots", a->workspace_slots, a->num_workspace_rows, 8));

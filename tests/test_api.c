@@ -617,6 +617,9 @@ static void test_cp(void) {
   lb = l;
   lb.out_slots = NULL;
   expect("local indices out null", dsa_cp_local_indices(&lb, 0), DSA_ERR_NULL_POINTER, "out_slots");
+  lb = l;
+  lb.out_lens = FAKE(0x60002);
+  expect("local indices out_lens misaligned", dsa_cp_local_indices(&lb, 0), DSA_ERR_MISALIGNED, "out_lens");
 
   dsa_lse_combine_args e = {FAKE(0x10000), DSA_DTYPE_BF16, FAKE(0x20000), 2, 4, 16, FAKE(0x30000), FAKE(0x40000)};
   dsa_lse_combine_args eb = e;

@@ -27,7 +27,8 @@
 typedef struct {
   const char *name;
   int W, rows, k_in, topk;
-  int kinds; /* 0 random; 1 also ties / NaN / -inf / -1 entries; 2 few values (many ties) */
+  int kinds; /* 0 random; 1 also ties / NaN / -inf / -1 entries; 2 few values (many ties); 3 a narrow
+                band [1, 1 + 2^-12) (the radix select's low digits) */
   uint64_t seed;
 } merge_case;
 
@@ -49,6 +50,7 @@ static void merge_case_run(const void *arg) {
         id[at] = perm[w * c->k_in + j];
         double v = rng_uniform(-4, 4);
         if (c->kinds == 2) v = (double)rng_below(4);
+        if (c->kinds == 3) v = 1.0 + rng_unit() / 4096;
         float f = (float)v;
         if (c->kinds == 1) {
           const int64_t u = rng_below(40);
@@ -126,6 +128,8 @@ static const merge_case k_merge[] = {
     {"merge W1 k_in 100 topk 37", 1, 40, 100, 37, 1, 15},
     {"merge W5 k_in 1 topk 3", 5, 64, 1, 3, 1, 16},
     {"merge W2 k_in 2048 topk 1 four values", 2, 3, 2048, 1, 2, 17},
+    {"merge W2 k_in 2048 topk 2048 narrow band", 2, 4, 2048, 2048, 3, 18},
+    {"merge W6 k_in 1500 topk 700 narrow band", 6, 3, 1500, 700, 3, 19},
 };
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -508,6 +512,42 @@ static void sim_case_run(const void *arg) {
     la.num_pages = rc[r].num_pages;
     la.out_slots = dalloc(nk * 4);
     DSA(dsa_cp_local_indices(&la, g_stream));
+    /* compacted: the same owned slots first, in order, their count in out_lens */
+    dsa_cp_local_indices_args lc = la;
+    lc.out_slots = dalloc(nk * 4);
+    lc.out_lens = dalloc((size_t)T * 4);
+    DSA(dsa_cp_local_indices(&lc, g_stream));
+    {
+      int32_t *full = hmalloc(nk * 4), *comp = hmalloc(nk * 4), *cl = hmalloc((size_t)T * 4);
+      dget(full, la.out_slots, nk * 4);
+      dget(comp, lc.out_slots, nk * 4);
+      dget(cl, lc.out_lens, (size_t)T * 4);
+      chk_begin("%s: rank %d, compacted local indices = the owned entries in order", c->name, r);
+      int owned = 0;
+      for (int t = 0; t < T; t++) {
+        int j = 0;
+        for (int i = 0; i < K; i++)
+          if (full[(size_t)t * K + i] >= 0 && (j >= K || comp[(size_t)t * K + j++] != full[(size_t)t * K + i])) {
+            chk_fail("token %d: owned entry %d differs", t, i);
+            t = T;
+            break;
+          }
+        if (t >= T) break;
+        if (cl[t] != j) chk_fail("token %d: out_lens %d, owned %d", t, cl[t], j);
+        for (int i = j; i < K; i++)
+          if (comp[(size_t)t * K + i] != -1) {
+            chk_fail("token %d: entry %d past out_lens is %d", t, i, comp[(size_t)t * K + i]);
+            break;
+          }
+        owned += j;
+      }
+      chk_metric("%d tokens, %d owned entries", T, owned);
+      chk_end();
+    }
+    if (r % 2) { /* odd ranks attend over the compacted list */
+      la.out_slots = lc.out_slots;
+      la.out_lens = lc.out_lens;
+    }
     dsa_sparse_mla_args aa;
     memset(&aa, 0, sizeof aa);
     aa.q = d_qa;
@@ -519,6 +559,7 @@ static void sim_case_run(const void *arg) {
     aa.indices = la.out_slots;
     aa.indices_stride = K;
     aa.topk = K;
+    aa.lens = la.out_lens;
     aa.softmax_scale = att_scale;
     aa.out = parts + (size_t)r * T * c->heads * DSA_MLA_V_DIM;
     aa.lse = plse + (size_t)r * T * c->heads;

@@ -1,9 +1,11 @@
 /*
  * cp_rows.cu — dsa_cp's kernels of its own: which local rows each token sees.
  * Decode: token t = r * n + j sees the global positions below L_j = clamp(seq_lens[r] - (n - 1) + j,
- * 0, max_seq_len); of those, the rank owns local_lens[t] (its first ones, in order). With MTP
- * (n > 1) every token becomes a request of its own, so request r's block-table row is copied to row
- * t of bt_out. Prefill: a token's global rows map to one contiguous range of local rows.
+ * 0, max_seq_len); of those, the rank owns local_lens[t] (its first ones, in order). The scorer
+ * keeps a request's n tokens together (one read of each key for all of them) with the request's
+ * length req_lens[r] = owned(L_{n-1}) + n - 1: its rule (length - (n - 1) + j) then gives token j
+ * owned(L_{n-1}) + j >= local_lens[t] positions, and the top-k reads only local_lens[t] of them.
+ * Prefill: a token's global rows map to one contiguous range of local rows.
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -18,24 +20,21 @@ static __device__ __forceinline__ int64_t owned_below(const dsa_shard &s, int64_
   return L <= lo ? 0 : (L < hi ? L : hi) - lo;
 }
 
-__global__ void cp_local_rows_kernel(const dsa_shard s, const int32_t *seq_lens, int n, int max_seq_len,
-                                     const int32_t *bt, int64_t bt_stride, int maxb, int32_t *local_lens,
-                                     int32_t *bt_out) {
-  const int t = blockIdx.x, r = t / n, j = t % n;
-  if (threadIdx.x == 0) {
-    int64_t L = (int64_t)seq_lens[r] - (n - 1) + j;
-    L = L < 0 ? 0 : L > max_seq_len ? max_seq_len : L;
-    local_lens[t] = (int32_t)owned_below(s, L);
+__global__ void cp_local_rows_kernel(const dsa_shard s, const int32_t *seq_lens, int n, int max_seq_len, int T,
+                                     int32_t *local_lens, int32_t *req_lens) {
+  for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < T; t += gridDim.x * blockDim.x) {
+    const int r = t / n, j = t % n;
+    const int64_t L = (int64_t)seq_lens[r], Lj = L - (n - 1) + j;
+    local_lens[t] = (int32_t)owned_below(s, Lj < 0 ? 0 : Lj > max_seq_len ? max_seq_len : Lj);
+    if (j == 0) req_lens[r] = (int32_t)(owned_below(s, L < 0 ? 0 : L > max_seq_len ? max_seq_len : L) + (n - 1));
   }
-  if (bt_out)
-    for (int i = threadIdx.x; i < maxb; i += blockDim.x) bt_out[(int64_t)t * maxb + i] = bt[r * bt_stride + i];
 }
 
 extern "C" int dsa_cp_local_rows_launch(const dsa_shard *s, const int32_t *seq_lens, int num_tokens, int n,
-                                        int max_seq_len, const int32_t *bt, int64_t bt_stride, int maxb,
-                                        int32_t *local_lens, int32_t *bt_out, cudaStream_t stream) {
-  return (int)dsa_launch(cp_local_rows_kernel, dim3((unsigned)num_tokens), 128, 0, stream, false, *s, seq_lens, n,
-                         max_seq_len, bt, bt_stride, maxb, local_lens, bt_out);
+                                        int max_seq_len, int32_t *local_lens, int32_t *req_lens, cudaStream_t stream) {
+  const int blocks = (num_tokens + 255) / 256;
+  return (int)dsa_launch(cp_local_rows_kernel, dim3((unsigned)(blocks < 1024 ? blocks : 1024)), 256, 0, stream, false,
+                         *s, seq_lens, n, max_seq_len, num_tokens, local_lens, req_lens);
 }
 
 /* Prefill: token t's global rows [b, b + len) (dsa_indexer_prefill's clamp) are, on this rank, the
