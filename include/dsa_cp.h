@@ -17,9 +17,11 @@
  *   6. combine         dsa_lse_combine.
  * stage_events (optional): 7 events, recorded before stage 1 and after each stage (profiling).
  *
- * Every argument is checked before the first launch or collective (the group must not be left
- * waiting on a rank that returned early); a CUDA or NCCL failure after that leaves the other ranks'
- * collectives pending: abort the communicator (ncclCommAbort) as NCCL's docs say.
+ * The step's own arguments (shard against the communicator, sizes, required pointers) and the
+ * attention call's are checked before anything is launched; the indexer calls check theirs when
+ * stage 1 reaches them. A rank that returns an error before its first all-gather leaves the others
+ * waiting in theirs (every rank should pass the same shapes); after any failure, abort the
+ * communicator (ncclCommAbort) as NCCL's docs say.
  */
 #ifndef DSA_CP_H
 #define DSA_CP_H
