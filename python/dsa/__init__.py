@@ -8,6 +8,8 @@ One function per operation of the C library (include/dsa.h), keyword arguments n
     sparse_mla                               sparse MLA attention (decode and prefill)
     index_k_store, mla_kv_store              the cache writers
     *_workspace_size                         scratch bytes a call needs (to preallocate for graphs)
+    cp_candidates, topk_merge,               context parallelism's single-GPU pieces (the caller
+    cp_local_indices, lse_combine            gathers between ranks, e.g. torch.distributed)
 
 Arrays are CUDA arrays of any framework: PyTorch tensors, or objects with __cuda_array_interface__
 (CuPy) or __dlpack__ (JAX). Calls run asynchronously on the current stream of the inputs'
@@ -43,6 +45,10 @@ __all__ = [
     "sparse_mla_workspace_size",
     "index_k_store",
     "mla_kv_store",
+    "cp_candidates",
+    "topk_merge",
+    "cp_local_indices",
+    "lse_combine",
     "INDEX_HEAD_DIM",
     "MLA_QK_DIM",
     "MLA_V_DIM",
@@ -592,3 +598,140 @@ def mla_kv_store(kv: Any, slot_mapping: Any, kv_cache: Any, *, stream: Any = Non
     a.cache_stride = stride if fmt == _lib.DSA_KV_BF16 else 0
     s = _stream(stream, list(views.values()), dev)
     _raise(_lib.lib().dsa_mla_kv_store(ctypes.byref(a), s or None))
+
+
+# ---- context parallelism (single-GPU pieces; the exchanges are the caller's) --------------------
+
+
+def _shard(fn: str, world_size: int, rank: int, layout: str, block: int) -> "_lib.Shard":
+    if layout not in ("round_robin", "blocks"):
+        raise DsaArgumentError(f"{fn}: layout must be 'round_robin' or 'blocks', got {layout!r}")
+    s = _lib.Shard()
+    s.world_size = world_size
+    s.rank = rank
+    s.layout = _lib.DSA_SHARD_ROUND_ROBIN if layout == "round_robin" else _lib.DSA_SHARD_BLOCKS
+    s.block = block
+    return s
+
+
+def cp_candidates(scores: Any, local_indices: Any, *, world_size: int, rank: int, layout: str = "round_robin",
+                  block: int = 0, max_len: Optional[int] = None, row_offsets: Any = None, cand_scores: Any = None,
+                  cand_ids: Any = None, stream: Any = None) -> Tuple[Any, Any]:
+    """A rank's local top-k as (score, global position) candidates: scores float32 [R, >= max_len]
+    (its local rows, rows may be strided), local_indices int32 [R, k] (from topk over them),
+    row_offsets int32 [R] or None (prefill: each row's first local row). Round robin: local
+    position p of rank r is global p * world_size + r; blocks: r * block + p. Returns (cand_scores
+    float32 [R, k], cand_ids int32 [R, k]; -inf and -1 where there is no candidate)."""
+    fn = "dsa.cp_candidates"
+    shard = _shard(fn, world_size, rank, layout, block)
+    sv = _arg(fn, "scores", scores, ("f32",), (None, None), "rows")
+    R = sv.shape[0]
+    iv = _arg(fn, "local_indices", local_indices, ("i32",), (R, None))
+    k = iv.shape[1]
+    ov = None if row_offsets is None else _arg(fn, "row_offsets", row_offsets, ("i32",), (R,))
+    views = {"scores": sv, "local_indices": iv, "row_offsets": ov}
+    dev = _same_device(fn, views)
+    cand_scores, csv = _out(fn, "cand_scores", cand_scores, sv, (R, k), "f32")
+    cand_ids, civ = _out(fn, "cand_ids", cand_ids, sv, (R, k), "i32")
+    a = _lib.CpCandidatesArgs()
+    a.shard = shard
+    a.scores = _ptr(sv)
+    a.scores_stride = _row_stride(sv)
+    a.max_len = sv.shape[1] if max_len is None else int(max_len)
+    if a.max_len > sv.shape[1]:
+        raise DsaArgumentError(f"{fn}: max_len = {a.max_len} exceeds the {sv.shape[1]} columns of scores")
+    a.local_indices = _ptr(iv)
+    a.row_offsets = _ptr(ov)
+    a.num_rows = R
+    a.topk = k
+    a.cand_scores = _ptr(csv)
+    a.cand_ids = _ptr(civ)
+    s = _stream(stream, list(views.values()), dev)
+    _raise(_lib.lib().dsa_cp_candidates(ctypes.byref(a), s or None))
+    return cand_scores, cand_ids
+
+
+def topk_merge(cand_scores: Any, cand_ids: Any, *, topk: int, indices: Any = None, lens: Any = None,
+               stream: Any = None) -> Tuple[Any, Any]:
+    """The exact top-k of W candidate lists a row: cand_scores float32 / cand_ids int32
+    [W, R, k_in] (what an all-gather of the ranks' [R, k_in] lists gives; id -1 = none). Returns
+    (indices int32 [R, topk]: the ids of the largest scores — NaN lowest, equal scores to the lower
+    id — in ascending order, -1 after lens; lens int32 [R]), whatever the order of the lists."""
+    fn = "dsa.topk_merge"
+    sv = _arg(fn, "cand_scores", cand_scores, ("f32",), (None, None, None))
+    W, R, k_in = sv.shape
+    iv = _arg(fn, "cand_ids", cand_ids, ("i32",), (W, R, k_in))
+    views = {"cand_scores": sv, "cand_ids": iv}
+    dev = _same_device(fn, views)
+    indices, ov = _out(fn, "indices", indices, sv, (R, topk), "i32")
+    lens, lv = _out(fn, "lens", lens, sv, (R,), "i32")
+    a = _lib.TopkMergeArgs(_ptr(sv), _ptr(iv), W, R, k_in, topk, _ptr(ov), _ptr(lv))
+    s = _stream(stream, list(views.values()), dev)
+    _raise(_lib.lib().dsa_topk_merge(ctypes.byref(a), s or None))
+    return indices, lens
+
+
+def cp_local_indices(indices: Any, *, world_size: int, rank: int, layout: str = "round_robin", block: int = 0,
+                     block_table: Any = None, page_size: int = 64, num_pages: int = 0, q_len_per_req: int = 1,
+                     workspace_slots: Any = None, compact: bool = False, out_slots: Any = None, out_lens: Any = None,
+                     stream: Any = None):
+    """The rows of a global selection (global positions int32 [T, k], -1 = none) that this rank
+    owns, as its cache slots: decode through its block_table int32 [T / q_len_per_req, *] (pages
+    outside [0, num_pages) give -1), prefill through workspace_slots int64 [rows] (its local rows).
+    Returns out_slots int32 [T, k] (-1 where another rank owns the row); with compact=True,
+    (out_slots, out_lens int32 [T]): the owned ones first, in order, and their count."""
+    fn = "dsa.cp_local_indices"
+    iv = _arg(fn, "indices", indices, ("i32",), (None, None))
+    T, k = iv.shape
+    a = _lib.CpLocalIndicesArgs()
+    a.shard = _shard(fn, world_size, rank, layout, block)
+    views = {"indices": iv}
+    if workspace_slots is not None:
+        wv = _arg(fn, "workspace_slots", workspace_slots, ("i64",), (None,))
+        views["workspace_slots"] = wv
+        a.workspace_slots = _ptr(wv)
+        a.num_workspace_rows = wv.shape[0]
+    else:
+        if block_table is None:
+            raise DsaArgumentError(f"{fn}: give block_table (decode) or workspace_slots (prefill)")
+        bv = _arg(fn, "block_table", block_table, ("i32",), (None, None), "rows")
+        views["block_table"] = bv
+        a.block_table = _ptr(bv)
+        a.block_table_stride = _row_stride(bv)
+        a.max_blocks_per_req = bv.shape[1]
+        a.q_len_per_req = q_len_per_req
+        a.page_size = page_size
+        a.num_pages = num_pages
+    dev = _same_device(fn, views)
+    out_slots, sv = _out(fn, "out_slots", out_slots, iv, (T, k), "i32")
+    lv = None
+    if compact:
+        out_lens, lv = _out(fn, "out_lens", out_lens, iv, (T,), "i32")
+    a.indices = _ptr(iv)
+    a.num_tokens = T
+    a.topk = k
+    a.out_slots = _ptr(sv)
+    a.out_lens = _ptr(lv)
+    s = _stream(stream, list(views.values()), dev)
+    _raise(_lib.lib().dsa_cp_local_indices(ctypes.byref(a), s or None))
+    return (out_slots, out_lens) if compact else out_slots
+
+
+def lse_combine(outs: Any, lses: Any, *, out: Any = None, lse: Any = None, stream: Any = None) -> Tuple[Any, Any]:
+    """Merges W partial attention results: outs bf16 or float32 [W, T, H, 512], lses float32
+    [W, T, H] (natural log, -inf = that rank had no rows). Returns (out bf16 [T, H, 512],
+    lse float32 [T, H]): lse = log sum_w exp(lse_w), out = sum_w exp(lse_w - lse) out_w; a token
+    and head with no part gets 0 and -inf."""
+    fn = "dsa.lse_combine"
+    ov = _arg(fn, "outs", outs, ("bf16", "f32"), (None, None, None, MLA_V_DIM))
+    W, T, H, _ = ov.shape
+    lv = _arg(fn, "lses", lses, ("f32",), (W, T, H))
+    views = {"outs": ov, "lses": lv}
+    dev = _same_device(fn, views)
+    out, outv = _out(fn, "out", out, ov, (T, H, MLA_V_DIM), "bf16")
+    lse, lsev = _out(fn, "lse", lse, ov, (T, H), "f32")
+    a = _lib.LseCombineArgs(_ptr(ov), _lib.DSA_DTYPE_F32 if ov.dtype == "f32" else _lib.DSA_DTYPE_BF16, _ptr(lv), W,
+                            T, H, _ptr(outv), _ptr(lsev))
+    s = _stream(stream, list(views.values()), dev)
+    _raise(_lib.lib().dsa_lse_combine(ctypes.byref(a), s or None))
+    return out, lse

@@ -174,6 +174,73 @@ class MlaKvStoreArgs(ctypes.Structure):
     ]
 
 
+class Shard(ctypes.Structure):
+    _fields_ = [("world_size", c_int), ("rank", c_int), ("layout", c_int), ("block", c_int64)]
+
+
+class CpCandidatesArgs(ctypes.Structure):
+    _fields_ = [
+        ("shard", Shard),
+        ("scores", c_void_p),
+        ("scores_stride", c_int64),
+        ("max_len", c_int),
+        ("local_indices", c_void_p),
+        ("row_offsets", c_void_p),
+        ("num_rows", c_int),
+        ("topk", c_int),
+        ("cand_scores", c_void_p),
+        ("cand_ids", c_void_p),
+    ]
+
+
+class TopkMergeArgs(ctypes.Structure):
+    _fields_ = [
+        ("cand_scores", c_void_p),
+        ("cand_ids", c_void_p),
+        ("num_lists", c_int),
+        ("num_rows", c_int),
+        ("k_in", c_int),
+        ("topk", c_int),
+        ("indices", c_void_p),
+        ("lens", c_void_p),
+    ]
+
+
+class CpLocalIndicesArgs(ctypes.Structure):
+    _fields_ = [
+        ("shard", Shard),
+        ("indices", c_void_p),
+        ("num_tokens", c_int),
+        ("topk", c_int),
+        ("block_table", c_void_p),
+        ("block_table_stride", c_int64),
+        ("max_blocks_per_req", c_int),
+        ("q_len_per_req", c_int),
+        ("page_size", c_int),
+        ("num_pages", c_int64),
+        ("workspace_slots", c_void_p),
+        ("num_workspace_rows", c_int64),
+        ("out_slots", c_void_p),
+        ("out_lens", c_void_p),
+    ]
+
+
+class LseCombineArgs(ctypes.Structure):
+    _fields_ = [
+        ("outs", c_void_p),
+        ("parts_dtype", c_int),
+        ("lses", c_void_p),
+        ("num_parts", c_int),
+        ("num_tokens", c_int),
+        ("num_heads", c_int),
+        ("out", c_void_p),
+        ("lse", c_void_p),
+    ]
+
+
+DSA_SHARD_ROUND_ROBIN = 0
+DSA_SHARD_BLOCKS = 1
+
 # The C struct names, for the ABI check.
 C_NAMES = {
     "dsa_indexer_query": IndexerQuery,
@@ -186,6 +253,11 @@ C_NAMES = {
     "dsa_sparse_mla_args": SparseMlaArgs,
     "dsa_index_k_store_args": IndexKStoreArgs,
     "dsa_mla_kv_store_args": MlaKvStoreArgs,
+    "dsa_shard": Shard,
+    "dsa_cp_candidates_args": CpCandidatesArgs,
+    "dsa_topk_merge_args": TopkMergeArgs,
+    "dsa_cp_local_indices_args": CpLocalIndicesArgs,
+    "dsa_lse_combine_args": LseCombineArgs,
 }
 
 # name -> (args type, takes a workspace)
@@ -198,6 +270,10 @@ _CALLS = {
     "dsa_indexer_prefill_scores": (IndexerPrefillScoresArgs, False),
     "dsa_index_k_store": (IndexKStoreArgs, False),
     "dsa_mla_kv_store": (MlaKvStoreArgs, False),
+    "dsa_cp_candidates": (CpCandidatesArgs, False),
+    "dsa_topk_merge": (TopkMergeArgs, False),
+    "dsa_cp_local_indices": (CpLocalIndicesArgs, False),
+    "dsa_lse_combine": (LseCombineArgs, False),
 }
 _WS_QUERIES = {
     "dsa_indexer_decode_workspace_size": IndexerDecodeArgs,

@@ -251,3 +251,28 @@ def test_valid_call_without_a_device():
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "no device: dsa_topk" in r.stdout
+
+
+# ---- context parallelism's pieces ----
+
+def test_cp_argument_errors():
+    with pytest.raises(dsa.DsaArgumentError, match=r"dsa.topk_merge: cand_ids must be int32 \[2, 3, 64\]"):
+        dsa.topk_merge(Fake((2, 3, 64), F32), Fake((2, 3, 32), I32), topk=64)
+    with pytest.raises(dsa.DsaArgumentError, match=r"dsa.lse_combine: lses must be float32 \[2, 3, 16\]"):
+        dsa.lse_combine(Fake((2, 3, 16, 512), F32), Fake((2, 3, 8), F32))
+    with pytest.raises(dsa.DsaArgumentError, match=r"layout must be 'round_robin' or 'blocks'"):
+        dsa.cp_candidates(Fake((3, 100), F32), Fake((3, 64), I32), world_size=2, rank=0, layout="rr")
+    with pytest.raises(dsa.DsaArgumentError, match=r"give block_table \(decode\) or workspace_slots \(prefill\)"):
+        dsa.cp_local_indices(Fake((3, 64), I32), world_size=2, rank=1)
+
+
+def test_cp_c_checks():
+    with pytest.raises(dsa.DsaError, match=r"DSA_ERR_INVALID_VALUE: dsa_cp_candidates: shard.rank = 2"):
+        dsa.cp_candidates(Fake((3, 100), F32), Fake((3, 64), I32), world_size=2, rank=2,
+                          cand_scores=Fake((3, 64), F32), cand_ids=Fake((3, 64), I32))
+    with pytest.raises(dsa.DsaError, match=r"dsa_topk_merge: num_lists = 9, k_in = 2048"):
+        dsa.topk_merge(Fake((9, 3, 2048), F32), Fake((9, 3, 2048), I32), topk=2048, indices=Fake((3, 2048), I32),
+                       lens=Fake((3,), I32))
+    with pytest.raises(dsa.DsaError, match=r"dsa_lse_combine: num_parts = 9"):
+        dsa.lse_combine(Fake((9, 3, 16, 512), F32), Fake((9, 3, 16), F32), out=FakeTorch((3, 16, 512)),
+                        lse=Fake((3, 16), F32))

@@ -416,3 +416,56 @@ def test_cupy_arrays():
     assert (cp.asnumpy(lens_c) == lens_t.cpu().numpy()).all()
     got = torch.sort(torch.from_numpy(cp.asnumpy(idx_c)), -1).values
     assert torch.equal(got, torch.sort(idx_t.cpu(), -1).values)
+
+
+# ---- context parallelism's pieces (the exchanges simulated by slicing one problem) ----
+
+
+def test_cp_pieces_match_one_gpu_top_k_and_attention_math():
+    """Two simulated ranks of one score row set (round robin): each rank's top-k of its own
+    positions as candidates, merged = the top-k of the whole rows; attention partials of a random
+    split merged by lse_combine = the softmax over the union (float64 in PyTorch)."""
+    g = gen(91)
+    R, L, K, W = 3, 9000, 2048, 2
+    scores = torch.randn(R, L, generator=g, device=DEV)
+    scores[1, 100:400] = 0.5  # ties: the lower position wins
+    full_idx, full_len = dsa.topk(scores, topk=K)
+    cands_s, cands_i = [], []
+    for r in range(W):
+        local = scores[:, r::W].contiguous()
+        li, _ = dsa.topk(local, topk=K)
+        cs, ci = dsa.cp_candidates(local, li, world_size=W, rank=r)
+        cands_s.append(cs)
+        cands_i.append(ci)
+    merged, mlen = dsa.topk_merge(torch.stack(cands_s), torch.stack(cands_i), topk=K)
+    assert torch.equal(mlen, full_len)
+    assert torch.equal(merged, torch.sort(full_idx, dim=1).values)
+    # reversed rank order: the same output
+    merged2, _ = dsa.topk_merge(torch.stack(cands_s[::-1]), torch.stack(cands_i[::-1]), topk=K)
+    assert torch.equal(merged, merged2)
+    # a rank's share through a block table (pages of 64 in order: slot = local position)
+    bt = torch.arange(0, (L + 63) // 64, dtype=torch.int32, device=DEV).repeat(R, 1)
+    own, n_own = dsa.cp_local_indices(merged, world_size=W, rank=1, block_table=bt, num_pages=bt.shape[1],
+                                      compact=True)
+    for t in range(R):
+        want = merged[t][(merged[t] >= 0) & (merged[t] % W == 1)] // W
+        assert int(n_own[t]) == want.numel() and torch.equal(own[t, : want.numel()], want.int())
+    # LSE combine: parts of a softmax over 40 values split 3 ways (one empty)
+    T, H = 4, 16
+    logits = torch.randn(T, H, 40, generator=g, device=DEV, dtype=torch.float64)
+    vals = torch.randn(40, 512, generator=g, device=DEV, dtype=torch.float64)
+    cuts = [(0, 15), (15, 15), (15, 40)]
+    outs, lses = [], []
+    for a, b in cuts:
+        if a == b:
+            outs.append(torch.zeros(T, H, 512, device=DEV))
+            lses.append(torch.full((T, H), -math.inf, device=DEV))
+            continue
+        lg = logits[..., a:b]
+        lses.append(torch.logsumexp(lg, -1).float())
+        outs.append((torch.softmax(lg, -1) @ vals[a:b]).float())
+    out, lse = dsa.lse_combine(torch.stack(outs).to(torch.bfloat16), torch.stack(lses))
+    ref = torch.softmax(logits, -1) @ vals
+    rel = ((out.double() - ref).norm() / ref.norm()).item()
+    assert rel < 1e-2, rel
+    assert torch.allclose(lse.double(), torch.logsumexp(logits, -1), atol=1e-5, rtol=1e-6)

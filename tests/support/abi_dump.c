@@ -51,5 +51,28 @@ int main(void) {
   F(dsa_mla_kv_store_args, kv); F(dsa_mla_kv_store_args, kv_stride); F(dsa_mla_kv_store_args, slot_mapping);
   F(dsa_mla_kv_store_args, num_tokens); F(dsa_mla_kv_store_args, cache); F(dsa_mla_kv_store_args, kv_format);
   F(dsa_mla_kv_store_args, num_slots); F(dsa_mla_kv_store_args, cache_stride);
+  S(dsa_shard);
+  F(dsa_shard, world_size); F(dsa_shard, rank); F(dsa_shard, layout); F(dsa_shard, block);
+  S(dsa_cp_candidates_args);
+  F(dsa_cp_candidates_args, shard); F(dsa_cp_candidates_args, scores); F(dsa_cp_candidates_args, scores_stride);
+  F(dsa_cp_candidates_args, max_len); F(dsa_cp_candidates_args, local_indices); F(dsa_cp_candidates_args, row_offsets);
+  F(dsa_cp_candidates_args, num_rows); F(dsa_cp_candidates_args, topk); F(dsa_cp_candidates_args, cand_scores);
+  F(dsa_cp_candidates_args, cand_ids);
+  S(dsa_topk_merge_args);
+  F(dsa_topk_merge_args, cand_scores); F(dsa_topk_merge_args, cand_ids); F(dsa_topk_merge_args, num_lists);
+  F(dsa_topk_merge_args, num_rows); F(dsa_topk_merge_args, k_in); F(dsa_topk_merge_args, topk);
+  F(dsa_topk_merge_args, indices); F(dsa_topk_merge_args, lens);
+  S(dsa_cp_local_indices_args);
+  F(dsa_cp_local_indices_args, shard); F(dsa_cp_local_indices_args, indices); F(dsa_cp_local_indices_args, num_tokens);
+  F(dsa_cp_local_indices_args, topk); F(dsa_cp_local_indices_args, block_table);
+  F(dsa_cp_local_indices_args, block_table_stride); F(dsa_cp_local_indices_args, max_blocks_per_req);
+  F(dsa_cp_local_indices_args, q_len_per_req); F(dsa_cp_local_indices_args, page_size);
+  F(dsa_cp_local_indices_args, num_pages); F(dsa_cp_local_indices_args, workspace_slots);
+  F(dsa_cp_local_indices_args, num_workspace_rows); F(dsa_cp_local_indices_args, out_slots);
+  F(dsa_cp_local_indices_args, out_lens);
+  S(dsa_lse_combine_args);
+  F(dsa_lse_combine_args, outs); F(dsa_lse_combine_args, parts_dtype); F(dsa_lse_combine_args, lses);
+  F(dsa_lse_combine_args, num_parts); F(dsa_lse_combine_args, num_tokens); F(dsa_lse_combine_args, num_heads);
+  F(dsa_lse_combine_args, out); F(dsa_lse_combine_args, lse);
   return 0;
 }
