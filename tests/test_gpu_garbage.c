@@ -788,6 +788,149 @@ static const prefill_gcase k_prefill[] = {
     {"prefill: NaN/inf numbers, slot output", 24, 64, 1, 256, 2000, 1, 0, 1},
     {"prefill: NaN/inf numbers and garbage ranges, row output", 24, 32, 0, 100, 2000, 0, 1, 1},
 };
+/* ============================================================================================== */
+/* Context parallelism's pieces                                                                   */
+/* ============================================================================================== */
+
+/* Garbage in every input of the four calls: candidates (local indices, row offsets and scores),
+ * the merge (scores of every kind, ids repeated, negative, huge), a rank's share (global
+ * positions and block-table pages of every kind; workspace slots), the LSE combine (lse NaN,
+ * +-inf, huge; parts NaN). Each call returns DSA_OK, writes nothing outside its outputs, and gives
+ * sane outputs: lens in [0, topk] with -1 after them, slots -1 or inside the cache, and a combine
+ * whose rows with a finite lse hold finite values when the parts that count are finite. */
+typedef struct {
+  const char *name;
+  int W, rows, k, topk, layout;
+} cp_gcase;
+
+static void cp_gcase_run(const void *arg) {
+  const cp_gcase *c = arg;
+  case_begin();
+  rng_seed((uint64_t)c->W * 131 + c->rows * 7 + c->k + c->layout);
+  const dsa_shard sh = {c->W, c->W - 1, c->layout ? DSA_SHARD_BLOCKS : DSA_SHARD_ROUND_ROBIN, 1000};
+  /* candidates */
+  const int max_len = 900;
+  const size_t nk = (size_t)c->rows * c->k;
+  float *sc = hmalloc((size_t)c->rows * max_len * 4);
+  for (size_t i = 0; i < (size_t)c->rows * max_len; i++) sc[i] = f32_of_bits(garbage_f32_bits());
+  int32_t *li = hmalloc(nk * 4), *off = hmalloc((size_t)c->rows * 4);
+  for (size_t i = 0; i < nk; i++) li[i] = garbage_i32(max_len);
+  for (int r = 0; r < c->rows; r++) off[r] = garbage_i32(1 << 20);
+  dsa_cp_candidates_args ca;
+  memset(&ca, 0, sizeof ca);
+  ca.shard = sh;
+  ca.scores = dput(sc, (size_t)c->rows * max_len * 4);
+  ca.scores_stride = max_len;
+  ca.max_len = max_len;
+  ca.local_indices = dput(li, nk * 4);
+  ca.row_offsets = rng_below(2) ? dput(off, (size_t)c->rows * 4) : NULL;
+  ca.num_rows = c->rows;
+  ca.topk = c->k;
+  ca.cand_scores = out_alloc(nk * 4, 0xEE);
+  ca.cand_ids = out_alloc(nk * 4, 0xEE);
+  chk_begin("%s: candidates", c->name);
+  RUN(dsa_cp_candidates(&ca, g_stream));
+  chk_end();
+  /* merge: W lists of garbage (ids repeated, negative, huge) */
+  const size_t nm = (size_t)c->W * nk;
+  float *ms = hmalloc(nm * 4);
+  int32_t *mi = hmalloc(nm * 4);
+  for (size_t i = 0; i < nm; i++) {
+    ms[i] = f32_of_bits(garbage_f32_bits());
+    mi[i] = i == 0 || rng_below(4) ? garbage_i32(5000) : mi[rng_below((int64_t)i)]; /* repeats too */
+  }
+  dsa_topk_merge_args ma = {dput(ms, nm * 4), dput(mi, nm * 4), c->W, c->rows, c->k, c->topk,
+                            out_alloc((size_t)c->rows * c->topk * 4, 0xEE), out_alloc((size_t)c->rows * 4, 0xEE)};
+  chk_begin("%s: merge", c->name);
+  RUN(dsa_topk_merge(&ma, g_stream));
+  int32_t *idx = hmalloc((size_t)c->rows * c->topk * 4), *lens = hmalloc((size_t)c->rows * 4);
+  dget(idx, ma.indices, (size_t)c->rows * c->topk * 4);
+  dget(lens, ma.lens, (size_t)c->rows * 4);
+  for (int r = 0; r < c->rows; r++) {
+    if (lens[r] < 0 || lens[r] > c->topk) {
+      chk_fail("row %d: lens %d outside [0, %d]", r, lens[r], c->topk);
+      break;
+    }
+    for (int i = 0; i < c->topk; i++) {
+      const int32_t v = idx[(size_t)r * c->topk + i];
+      if ((i < lens[r] && v < 0) || (i >= lens[r] && v != -1)) {
+        chk_fail("row %d entry %d = %d (lens %d)", r, i, v, lens[r]);
+        r = c->rows;
+        break;
+      }
+    }
+  }
+  chk_end();
+  /* a rank's share: garbage positions and pages (decode), garbage slots (prefill) */
+  const int maxb = 20, R = c->rows;
+  int32_t *bt = hmalloc((size_t)R * maxb * 4);
+  for (int i = 0; i < R * maxb; i++) bt[i] = garbage_i32(NUM_PAGES);
+  int64_t *wsl = hmalloc(3000 * 8);
+  for (int i = 0; i < 3000; i++) wsl[i] = garbage_i64((int64_t)NUM_PAGES * P);
+  int32_t *gi = hmalloc(nk * 4);
+  for (size_t i = 0; i < nk; i++) gi[i] = garbage_i32(5000);
+  for (int mode = 0; mode < 4; mode++) { /* decode / prefill, plain / compacted */
+    dsa_cp_local_indices_args la;
+    memset(&la, 0, sizeof la);
+    la.shard = sh;
+    la.indices = dput(gi, nk * 4);
+    la.num_tokens = R;
+    la.topk = c->k;
+    if (mode & 1) {
+      la.workspace_slots = dput(wsl, 3000 * 8);
+      la.num_workspace_rows = 3000;
+    } else {
+      la.block_table = dput(bt, (size_t)R * maxb * 4);
+      la.block_table_stride = maxb;
+      la.max_blocks_per_req = maxb;
+      la.q_len_per_req = 1;
+      la.page_size = P;
+      la.num_pages = NUM_PAGES;
+    }
+    la.out_slots = out_alloc(nk * 4, 0xEE);
+    la.out_lens = mode & 2 ? out_alloc((size_t)R * 4, 0xEE) : NULL;
+    chk_begin("%s: local indices (%s, %s)", c->name, mode & 1 ? "prefill" : "decode", mode & 2 ? "compacted" : "plain");
+    RUN(dsa_cp_local_indices(&la, g_stream));
+    int32_t *os = hmalloc(nk * 4);
+    dget(os, la.out_slots, nk * 4);
+    int64_t bad = -1;
+    for (size_t i = 0; i < nk && bad < 0; i++) {
+      /* a slot from the block table lies in the cache; from workspace_slots, in int32 */
+      if (os[i] < -1 || (!(mode & 1) && os[i] >= NUM_PAGES * P)) bad = (int64_t)i;
+    }
+    if (bad >= 0) chk_fail("entry %lld = %d", (long long)bad, os[bad]);
+    chk_end();
+  }
+  /* LSE combine */
+  const int T = c->rows, H = 16;
+  const size_t rows = (size_t)T * H;
+  float *lse = hmalloc((size_t)c->W * rows * 4);
+  for (size_t i = 0; i < (size_t)c->W * rows; i++) lse[i] = f32_of_bits(garbage_f32_bits());
+  uint16_t *parts = hmalloc((size_t)c->W * rows * 512 * 2);
+  fill_garbage_bf16(parts, (size_t)c->W * rows * 512);
+  dsa_lse_combine_args ea = {dput(parts, (size_t)c->W * rows * 1024), DSA_DTYPE_BF16, dput(lse, (size_t)c->W * rows * 4),
+                             c->W, T, H, out_alloc(rows * 1024, 0xEE), out_alloc(rows * 4, 0xEE)};
+  chk_begin("%s: LSE combine", c->name);
+  RUN(dsa_lse_combine(&ea, g_stream));
+  float *ol = hmalloc(rows * 4);
+  dget(ol, ea.lse, rows * 4);
+  for (size_t r = 0; r < rows; r++) {
+    int any = 0;
+    for (int w = 0; w < c->W; w++) any |= isfinite(lse[w * rows + r]) != 0;
+    if (!any && !(isinf(ol[r]) && ol[r] < 0)) {
+      chk_fail("row %zu: no finite part lse, but lse %g (want -inf)", r, ol[r]);
+      break;
+    }
+  }
+  chk_end();
+}
+
+static const cp_gcase k_cp[] = {
+    {"cp pieces W2 round robin, 5 rows, k 2048", 2, 5, 2048, 2048, 0},
+    {"cp pieces W8 blocks, 3 rows, k 2048 (16,384 candidates)", 8, 3, 2048, 2048, 1},
+    {"cp pieces W3 round robin, 40 rows, k 100, topk 37", 3, 40, 100, 37, 0},
+};
+
 static const topk_gcase k_topk[] = {
     {"topk: NaN, +-inf, -0, denormal rows, garbage row_lens (fused rows)", 64, 5000, 512, 0},
     {"topk: NaN, +-inf, -0, denormal rows, garbage row_lens (multi-CTA rows)", 12, 70000, 2048, 0},
@@ -820,6 +963,7 @@ int main(void) {
   for (int i = 0; alive && i < COUNT(k_prefill); i++)
     alive = harness_run_case(k_prefill[i].name, prefill_gcase_run, &k_prefill[i]);
   for (int i = 0; alive && i < COUNT(k_topk); i++) alive = harness_run_case(k_topk[i].name, topk_gcase_run, &k_topk[i]);
+  for (int i = 0; alive && i < COUNT(k_cp); i++) alive = harness_run_case(k_cp[i].name, cp_gcase_run, &k_cp[i]);
   for (int i = 0; alive && i < COUNT(k_mla); i++) alive = harness_run_case(k_mla[i].name, mla_gcase_run, &k_mla[i]);
   for (int i = 0; alive && i < COUNT(k_store); i++) alive = harness_run_case(k_store[i].name, store_gcase_run, &k_store[i]);
   if (alive && run_huge) alive = harness_run_case("pending error", pending_error_run, NULL);
