@@ -75,7 +75,7 @@ static void run_case(const nccl_case *c, int W, ncclComm_t *comms) {
   float *d_lse;
   int ok = cp_build(&sp, NULL, 0, &d) == 0 && cudaMalloc(&d_out, no * 2 + 16) == cudaSuccess &&
            cudaMalloc((void **)&d_lse, (size_t)T * H * 4 + 16) == cudaSuccess &&
-           cp_one_gpu(&sp, &d, 0, 0, NULL, pos1, len1, d_out, d_lse) == 0 &&
+           cp_one_gpu(&sp, &d, 0, 0, 0, NULL, pos1, len1, d_out, d_lse) == 0 &&
            cudaMemcpy(out1, d_out, no * 2, cudaMemcpyDeviceToHost) == cudaSuccess &&
            cudaMemcpy(lse1, d_lse, (size_t)T * H * 4, cudaMemcpyDeviceToHost) == cudaSuccess;
   snprintf(name, sizeof name, "%s: one GPU", c->name);

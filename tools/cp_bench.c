@@ -7,7 +7,9 @@
  * top-k with the one GPU's (identical) and its attention output (relative L2 <= 1e-2).
  *
  *   dsa-bench cp [--gpus W] [--sizes 128k,1M,4M] [--batches 1,8] [--mtp N] [--prefill N]
- *                [--layout rr|blocks] [--iters N] [--check] [--json FILE]
+ *                [--layout rr|blocks] [--iters N] [--graph] [--check] [--json FILE]
+ * --graph: both sides replay one captured step as a CUDA graph (NCCL's kernels captured with it on
+ * every rank), as engines run decode; only totals are timed then (the stage columns read 0).
  * --prefill N: prefill rows instead (dsa_cp_prefill against dsa_indexer_prefill): N query tokens at
  * the end of an S-row context, token j seeing S - N + 1 + j rows.
  */
@@ -48,7 +50,7 @@ static float bf16f(uint16_t x) {
 }
 
 int cp_bench_main(int argc, char **argv) {
-  int W = 2, mtp = 1, iters = 20, check = 0, nsizes = 3, nbatches = 2, prefill = 0;
+  int W = 2, mtp = 1, iters = 20, check = 0, nsizes = 3, nbatches = 2, prefill = 0, graph = 0;
   int64_t sizes[MAXN] = {131072, 1 << 20, 4 << 20}, batches[MAXN] = {1, 8};
   dsa_shard_layout layout = DSA_SHARD_ROUND_ROBIN;
   const char *json = NULL;
@@ -62,10 +64,11 @@ int cp_bench_main(int argc, char **argv) {
     else if (!strcmp(a, "--iters") && v) iters = atoi(argv[++i]);
     else if (!strcmp(a, "--layout") && v) layout = !strcmp(argv[++i], "blocks") ? DSA_SHARD_BLOCKS : DSA_SHARD_ROUND_ROBIN;
     else if (!strcmp(a, "--check")) check = 1;
+    else if (!strcmp(a, "--graph")) graph = 1;
     else if (!strcmp(a, "--json") && v) json = argv[++i];
     else {
       fprintf(stderr, "usage: dsa-bench cp [--gpus W] [--sizes LIST] [--batches LIST] [--mtp N] "
-                      "[--prefill N] [--layout rr|blocks] [--iters N] [--check] [--json FILE]\n");
+                      "[--prefill N] [--layout rr|blocks] [--iters N] [--graph] [--check] [--json FILE]\n");
       return 2;
     }
   }
@@ -99,13 +102,14 @@ int cp_bench_main(int argc, char **argv) {
   strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
   if (jf)
     fprintf(jf, "{\n  \"bench\": \"cp\",\n  \"device\": \"%s\",\n  \"gpus\": %d,\n  \"nccl\": %d,\n  \"date\": \"%s\",\n"
-                "  \"options\": {\"layout\": \"%s\", \"mtp\": %d, \"prefill_tokens\": %d, \"iters\": %d, \"check\": %s, \"index_heads\": 32, "
+                "  \"options\": {\"layout\": \"%s\", \"mtp\": %d, \"prefill_tokens\": %d, \"graph\": %s, \"iters\": %d, \"check\": %s, \"index_heads\": 32, "
                 "\"heads\": 16, \"topk\": 2048, \"q\": \"fp8\", \"kv\": \"fp8\"},\n  \"rows\": [",
-            prop.name, W, nccl_version, date, layout == DSA_SHARD_BLOCKS ? "blocks" : "round robin", mtp, prefill, iters,
+            prop.name, W, nccl_version, date, layout == DSA_SHARD_BLOCKS ? "blocks" : "round robin", mtp, prefill,
+            graph ? "true" : "false", iters,
             check ? "true" : "false");
-  printf("dsa-bench cp on %d x %s (NCCL %d, NCCL_NVLS_ENABLE=%s): %s, %s shards, MTP %d, median of %d\n", W,
+  printf("dsa-bench cp on %d x %s (NCCL %d, NCCL_NVLS_ENABLE=%s): %s, %s shards, MTP %d, median of %d %s\n", W,
          prop.name, nccl_version, getenv("NCCL_NVLS_ENABLE"), prefill ? "prefill" : "decode",
-         layout == DSA_SHARD_BLOCKS ? "block" : "round-robin", mtp, iters);
+         layout == DSA_SHARD_BLOCKS ? "block" : "round-robin", mtp, iters, graph ? "graph replays" : "plain launches");
   if (prefill) nbatches = 1; /* one sequence */
   printf("%8s %3s %9s %9s %9s %6s |", "S", "B", "1gpu_ms", "cp_ms", "slowest", "ratio");
   for (int s = 0; s < DSA_CP_STAGES; s++) printf(" %7s", stage_names[s]);
@@ -127,7 +131,7 @@ int cp_bench_main(int argc, char **argv) {
       float *d_lse = NULL;
       int ok = cp_build(&sp, NULL, 0, &d) == 0 && cudaMalloc(&d_out, (size_t)T * H * 512 * 2 + 16) == cudaSuccess &&
                cudaMalloc((void **)&d_lse, (size_t)T * H * 4 + 16) == cudaSuccess &&
-               cp_one_gpu(&sp, &d, 0, iters, &one_ms, pos1, len1, d_out, d_lse) == 0 &&
+               cp_one_gpu(&sp, &d, 0, iters, graph, &one_ms, pos1, len1, d_out, d_lse) == 0 &&
                cudaMemcpy(out1, d_out, (size_t)T * H * 512 * 2, cudaMemcpyDeviceToHost) == cudaSuccess;
       cudaSetDevice(0);
       cudaFree(d_out);
@@ -141,6 +145,7 @@ int cp_bench_main(int argc, char **argv) {
       run.layout = layout;
       run.block = (sizes[si] + W - 1) / W;
       run.iters = iters;
+      run.graph = graph;
       run.comms = comms;
       for (int r = 0; r < W && check; r++) {
         run.positions[r] = malloc((size_t)T * K * 4);

@@ -249,7 +249,7 @@ extern "C" dsa_cp_prefill_args cp_prefill_args(const cp_spec *sp, const cp_data 
   return a;
 }
 
-extern "C" int cp_one_gpu(const cp_spec *sp, cp_data *d, cudaStream_t stream, int iters, double *ms,
+extern "C" int cp_one_gpu(const cp_spec *sp, cp_data *d, cudaStream_t stream, int iters, int graph, double *ms,
                           int32_t *h_positions, int32_t *h_lens, void *out, float *lse) {
   CK(cudaSetDevice(d->device));
   const int T = sp->prefill_tokens > 0 ? sp->prefill_tokens : sp->num_reqs * sp->q_len, K = sp->topk;
@@ -310,17 +310,39 @@ extern "C" int cp_one_gpu(const cp_spec *sp, cp_data *d, cudaStream_t stream, in
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
+  cudaStream_t own = NULL;
+  if (graph) { /* a graph is captured on a stream of its own (not the legacy default stream) */
+    CK(cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking));
+    stream = own;
+  }
+  cudaGraphExec_t exec = NULL;
   for (int it = -3; it < std::max(iters, 0) || it < 1; it++) {
+    if (it == 0 && graph) { /* after the warm-ups: capture one step, replay it from here on */
+      cudaGraph_t g;
+      CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      const dsa_status s1 = prefill ? dsa_indexer_prefill(&pa, ws, wi, stream) : dsa_indexer_decode(&ia, ws, wi, stream);
+      const dsa_status s2 = dsa_sparse_mla(&aa, ws, wa, stream);
+      CK(cudaStreamEndCapture(stream, &g));
+      DK(s1 != DSA_OK ? s1 : s2);
+      CK(cudaGraphInstantiate(&exec, g, 0));
+      CK(cudaGraphDestroy(g));
+    }
     CK(cudaEventRecord(e0, stream));
-    if (prefill) DK(dsa_indexer_prefill(&pa, ws, wi, stream));
-    else DK(dsa_indexer_decode(&ia, ws, wi, stream));
-    DK(dsa_sparse_mla(&aa, ws, wa, stream));
+    if (exec) {
+      CK(cudaGraphLaunch(exec, stream));
+    } else {
+      if (prefill) DK(dsa_indexer_prefill(&pa, ws, wi, stream));
+      else DK(dsa_indexer_decode(&ia, ws, wi, stream));
+      DK(dsa_sparse_mla(&aa, ws, wa, stream));
+    }
     CK(cudaEventRecord(e1, stream));
     CK(cudaEventSynchronize(e1));
     float f = 0;
     CK(cudaEventElapsedTime(&f, e0, e1));
     if (it >= 0) t.push_back(f);
   }
+  if (exec) cudaGraphExecDestroy(exec);
+  if (own) cudaStreamDestroy(own);
   if (ms && iters > 0) {
     std::sort(t.begin(), t.end());
     *ms = t[t.size() / 2];
@@ -398,11 +420,36 @@ static int rank_body(cp_thread *th) {
   void *ws;
   CK(cudaMalloc(&ws, wsb + 256));
   std::vector<std::vector<float>> st(DSA_CP_STAGES + 1);
+  cudaGraphExec_t exec = NULL;
   for (int it = -3; it < run->iters || it < 1; it++) {
-    if (prefill) DK(dsa_cp_prefill(&pa, run->comms[r], ws, wsb, stream));
-    else DK(dsa_cp_decode(&a, run->comms[r], ws, wsb, stream));
+    if (it == 0 && run->graph) { /* after the warm-ups: one step captured (NCCL's kernels with it) */
+      a.stage_events = pa.stage_events = NULL;
+      cudaGraph_t g;
+      CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      const dsa_status s1 = prefill ? dsa_cp_prefill(&pa, run->comms[r], ws, wsb, stream)
+                                    : dsa_cp_decode(&a, run->comms[r], ws, wsb, stream);
+      CK(cudaStreamEndCapture(stream, &g));
+      DK(s1);
+      CK(cudaGraphInstantiate(&exec, g, 0));
+      CK(cudaGraphDestroy(g));
+    }
+    if (exec) { /* only the total: events around the replay */
+      CK(cudaEventRecord(ev[0], stream));
+      CK(cudaGraphLaunch(exec, stream));
+      CK(cudaEventRecord(ev[DSA_CP_STAGES], stream));
+    } else if (prefill) {
+      DK(dsa_cp_prefill(&pa, run->comms[r], ws, wsb, stream));
+    } else {
+      DK(dsa_cp_decode(&a, run->comms[r], ws, wsb, stream));
+    }
     CK(cudaEventSynchronize(ev[DSA_CP_STAGES]));
     if (it < 0) continue;
+    if (exec) {
+      float f = 0;
+      CK(cudaEventElapsedTime(&f, ev[0], ev[DSA_CP_STAGES]));
+      st[DSA_CP_STAGES].push_back(f);
+      continue;
+    }
     for (int i = 0; i < DSA_CP_STAGES; i++) {
       float f = 0;
       CK(cudaEventElapsedTime(&f, ev[i], ev[i + 1]));
@@ -423,6 +470,7 @@ static int rank_body(cp_thread *th) {
   if (run->out[r]) CK(cudaMemcpy(run->out[r], out, (size_t)T * H * DSA_MLA_V_DIM * 2, cudaMemcpyDeviceToHost));
   if (run->lse[r]) CK(cudaMemcpy(run->lse[r], lse, (size_t)T * H * 4, cudaMemcpyDeviceToHost));
   for (int i = 0; i <= DSA_CP_STAGES; i++) cudaEventDestroy(ev[i]);
+  if (exec) cudaGraphExecDestroy(exec);
   cudaFree(ws);
   cudaFree(pos);
   cudaFree(lens);

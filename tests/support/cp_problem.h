@@ -59,10 +59,10 @@ int cp_build(const cp_spec *sp, const dsa_shard *s, int device, cp_data *d);
 void cp_free(cp_data *d);
 
 /* The one-GPU step on d (the whole context): dsa_indexer_decode (prefill: dsa_indexer_prefill) +
- * dsa_sparse_mla, `iters` times
+ * dsa_sparse_mla, `iters` times (graph: replays of one captured step)
  * (median ms of both into *ms when iters > 0); then h_positions [T, topk] = the selected global
  * positions (ascending, -1 after h_lens), out / lse (device) as the attention wrote them. */
-int cp_one_gpu(const cp_spec *sp, cp_data *d, cudaStream_t stream, int iters, double *ms, int32_t *h_positions,
+int cp_one_gpu(const cp_spec *sp, cp_data *d, cudaStream_t stream, int iters, int graph, double *ms, int32_t *h_positions,
                int32_t *h_lens, void *out, float *lse);
 
 /* The dsa_cp step's args for rank data d (outputs and stage events left to the caller). */
@@ -79,6 +79,8 @@ typedef struct {
   dsa_shard_layout layout;
   int64_t block;                 /* DSA_SHARD_BLOCKS */
   int iters;
+  int graph;                     /* 1: after the warm-ups each rank captures one step (NCCL included) in
+                                    a CUDA graph and replays it; only the total is timed then */
   ncclComm_t *comms;
   int32_t *positions[DSA_MAX_CP_RANKS], *lens[DSA_MAX_CP_RANKS];
   uint16_t *out[DSA_MAX_CP_RANKS];
