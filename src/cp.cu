@@ -246,12 +246,20 @@ __global__ void __launch_bounds__(MERGE_THREADS, 1) topk_merge_kernel(const dsa_
   const uint64_t T = k < valid ? radix_threshold(comp, n, k, s_min, s_max, hist, &s_prefix, &s_need, &s_done) : 1ull;
   if (threadIdx.x == 0) s_sel = 0;
   __syncthreads();
-  for (int i = threadIdx.x; i < n; i += MERGE_THREADS) {
-    const uint64_t c = comp[i];
-    if (c >= T) {
-      const int at = atomicAdd(&s_sel, 1);
-      if (at < k) sel[at] = (int)~(uint32_t)c; /* the id back from the low half */
-    }
+  /* the selected, in any order (sorted below): one shared add a warp (an add per element measured
+   * the same — ncu, one token of 4,096 candidates: 21.2 us either way; the kernel is issue-bound,
+   * ~3,100 instructions a warp at 12.5 cycles each, the sort a third of them) */
+  const int lane = threadIdx.x & 31;
+  for (int i0 = 0; i0 < n; i0 += MERGE_THREADS) { /* whole warps every round */
+    const int i = i0 + threadIdx.x;
+    const uint64_t c = i < n ? comp[i] : 0ull;
+    const bool take = c >= T; /* T >= 1: no empty entry */
+    const unsigned m = __ballot_sync(0xffffffffu, take);
+    int base = 0;
+    if (lane == 0 && m) base = atomicAdd(&s_sel, __popc(m));
+    base = __shfl_sync(0xffffffffu, base, 0);
+    const int at = base + __popc(m & ((1u << lane) - 1));
+    if (take && at < k) sel[at] = (int)~(uint32_t)c; /* the id back from the low half */
   }
   __syncthreads();
   int n2 = 64;
