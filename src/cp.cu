@@ -19,18 +19,7 @@
 
 #include "dsa_kernels.h"
 #include "launch.cuh"
-
-/* ---- shard arithmetic (dsa.h: owner and local position of a global position) ---- */
-
-static __device__ __forceinline__ int64_t shard_global(const dsa_shard &s, int64_t local) {
-  return s.layout == DSA_SHARD_ROUND_ROBIN ? local * s.world_size + s.rank : (int64_t)s.rank * s.block + local;
-}
-
-/* -1 when another rank owns g */
-static __device__ __forceinline__ int64_t shard_local(const dsa_shard &s, int64_t g) {
-  if (s.layout == DSA_SHARD_ROUND_ROBIN) return g % s.world_size == s.rank ? g / s.world_size : -1;
-  return g / s.block == s.rank ? g % s.block : -1;
-}
+#include "shard.h"
 
 /* ---- candidates ---- */
 
@@ -42,7 +31,7 @@ __global__ void cp_candidates_kernel(const dsa_cp_candidates_args a) {
     float s = -__int_as_float(0x7f800000);
     int id = -1;
     if (p >= 0 && p < a.max_len) {
-      const int64_t g = shard_global(a.shard, (a.row_offsets ? a.row_offsets[t] : 0) + (int64_t)p);
+      const int64_t g = shard_global(&a.shard, (a.row_offsets ? a.row_offsets[t] : 0) + (int64_t)p);
       if (g <= 0x7fffffff) {
         s = a.scores[t * a.scores_stride + p];
         id = (int)g;
@@ -282,7 +271,7 @@ extern "C" int dsa_topk_merge_launch(const dsa_topk_merge_args *a, cudaStream_t 
 /* ---- local indices ---- */
 
 static __device__ __forceinline__ int local_slot(const dsa_cp_local_indices_args &a, int64_t t, int g) {
-  const int64_t p = g >= 0 ? shard_local(a.shard, g) : -1;
+  const int64_t p = g >= 0 ? shard_local(&a.shard, g) : -1;
   if (p < 0) return -1;
   if (a.workspace_slots) {
     if (p >= a.num_workspace_rows) return -1;

@@ -12,21 +12,15 @@
 
 #include "dsa.h"
 #include "launch.cuh"
-
-static __device__ __forceinline__ int64_t owned_below(const dsa_shard &s, int64_t L) {
-  if (L <= 0) return 0;
-  if (s.layout == DSA_SHARD_ROUND_ROBIN) return L > s.rank ? (L - s.rank + s.world_size - 1) / s.world_size : 0;
-  const int64_t lo = (int64_t)s.rank * s.block, hi = lo + s.block;
-  return L <= lo ? 0 : (L < hi ? L : hi) - lo;
-}
+#include "shard.h"
 
 __global__ void cp_local_rows_kernel(const dsa_shard s, const int32_t *seq_lens, int n, int max_seq_len, int T,
                                      int32_t *local_lens, int32_t *req_lens) {
   for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < T; t += gridDim.x * blockDim.x) {
     const int r = t / n, j = t % n;
     const int64_t L = (int64_t)seq_lens[r], Lj = L - (n - 1) + j;
-    local_lens[t] = (int32_t)owned_below(s, Lj < 0 ? 0 : Lj > max_seq_len ? max_seq_len : Lj);
-    if (j == 0) req_lens[r] = (int32_t)(owned_below(s, L < 0 ? 0 : L > max_seq_len ? max_seq_len : L) + (n - 1));
+    local_lens[t] = (int32_t)shard_owned_below(&s, Lj < 0 ? 0 : Lj > max_seq_len ? max_seq_len : Lj);
+    if (j == 0) req_lens[r] = (int32_t)(shard_owned_below(&s, L < 0 ? 0 : L > max_seq_len ? max_seq_len : L) + (n - 1));
   }
 }
 
@@ -47,7 +41,7 @@ __global__ void cp_local_ranges_kernel(const dsa_shard s, const int32_t *row_sta
     b = b < 0 ? 0 : b > num_ws_rows ? num_ws_rows : b;
     e = e < b ? b : e > num_ws_rows ? num_ws_rows : e;
     if (e - b > max_rows) e = b + max_rows;
-    const int64_t lb = owned_below(s, b), le = owned_below(s, e);
+    const int64_t lb = shard_owned_below(&s, b), le = shard_owned_below(&s, e);
     starts[t] = (int32_t)lb;
     ends[t] = (int32_t)le;
     lens[t] = (int32_t)(le - lb);

@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "shard.h"
+
 int dsa_cp_local_rows_launch(const dsa_shard *s, const int32_t *seq_lens, int num_tokens, int n, int max_seq_len,
                              int32_t *local_lens, int32_t *req_lens, cudaStream_t stream);
 int dsa_cp_local_ranges_launch(const dsa_shard *s, const int32_t *row_starts, const int32_t *row_ends, int num_tokens,
@@ -54,13 +56,6 @@ static dsa_status fail(dsa_status st, const char *fmt, ...) {
   } while (0)
 
 static size_t round256(size_t b) { return (b + 255) & ~(size_t)255; }
-
-static int64_t owned_below(const dsa_shard *s, int64_t L) {
-  if (L <= 0) return 0;
-  if (s->layout == DSA_SHARD_ROUND_ROBIN) return L > s->rank ? (L - s->rank + s->world_size - 1) / s->world_size : 0;
-  const int64_t lo = (int64_t)s->rank * s->block, hi = lo + s->block;
-  return L <= lo ? 0 : (L < hi ? L : hi) - lo;
-}
 
 static void *carve(unsigned char *base, size_t *off, size_t bytes) {
   void *p = base ? base + *off : NULL;
@@ -238,7 +233,7 @@ static dsa_status plan_decode(const dsa_cp_decode_args *a, void *ws, cp_decode_p
   memset(p, 0, sizeof *p);
   const int n = a->q_len_per_req, T = a->num_reqs * n, K = a->topk;
   const int maxb = a->max_blocks_per_req, page = a->index_cache.page_size;
-  int64_t lm = owned_below(s, a->max_seq_len);
+  int64_t lm = shard_owned_below(s, a->max_seq_len);
   if (lm > (int64_t)maxb * page) lm = (int64_t)maxb * page;
   int64_t scored = lm + n - 1; /* the scorer's rows: a request's n tokens together (cp_rows.cu) */
   if (scored > (int64_t)maxb * page) scored = (int64_t)maxb * page;
