@@ -11,7 +11,8 @@
  * bits (NaN lowest, -0 = +0, as topk.cu) then the lower id, so composites of distinct ids are
  * distinct and the k-th largest is one value, found by a radix select of 8-bit digits over the
  * row's composites in shared memory (at most 16,384: 128 KiB); the selected ids are then sorted
- * (bitonic, in shared memory) so the output does not depend on the order of the lists.
+ * (bitonic: registers, shuffles, shared memory) so the output does not depend on the order of the
+ * lists.
  */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
