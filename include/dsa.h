@@ -423,8 +423,9 @@ DSA_API dsa_status dsa_cp_local_indices(const dsa_cp_local_indices_args *args, c
 
 /* Merge W partial attention results: part w of token t, head h is outs[((w * num_tokens + t) *
  * num_heads + h) * 512 ...] (bf16 or float32 as parts_dtype) with lses[(w * num_tokens + t) *
- * num_heads + h] (natural log, -inf = no rows). out (bf16) and lse (or NULL) as dsa_sparse_mla
- * gives them; a token and head with no part gets out = 0 and lse = -inf. */
+ * num_heads + h] (natural log, -inf = no rows; a part whose lse is not finite — NaN, +-inf — is
+ * left out and its out never read). out (bf16) and lse (or NULL) as dsa_sparse_mla gives them; a
+ * token and head with no part gets out = 0 and lse = -inf. */
 typedef struct {
   const void *outs;               /* [num_parts, num_tokens, num_heads, 512], 16-B aligned */
   dsa_dtype parts_dtype;          /* DSA_DTYPE_BF16 or DSA_DTYPE_F32 */
