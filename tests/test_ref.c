@@ -1290,6 +1290,82 @@ typedef struct {
   void (*fn)(void);
 } test_case;
 
+/* ---------------------------------------------------------------------------------------------- */
+/* Context parallelism                                                                             */
+/* ---------------------------------------------------------------------------------------------- */
+
+/* The merge of shards = the top-k of the whole row: a row of random / tied / special scores split
+ * round robin over W lists (each list its shard's positions as ids, every one a candidate), merged,
+ * against dsa_ref_topk_row_f64 over the row (its positions sorted ascending); a hand case too. */
+static void test_topk_merge(void) {
+  seed(301);
+  static const double pool[6] = {-1.0, 0.5, 2.0, INFINITY, -INFINITY, NAN};
+  for (int it = 0; it < 200; it++) {
+    const int W = 1 + rnd_int(4), n = rnd_int(50), k = 1 + rnd_int(40), per = (n + W - 1) / W + 1;
+    float row[50];
+    for (int i = 0; i < n; i++) row[i] = it % 2 ? (float)pool[rnd_int(6)] : (float)rnd_nz(0.01, 5.0);
+    float *cs = xcalloc((size_t)W * per, 4);
+    int32_t *ci = xcalloc((size_t)W * per, 4);
+    for (int w = 0; w < W; w++)
+      for (int j = 0; j < per; j++) {
+        const int g = j * W + w;
+        ci[w * per + j] = g < n ? g : -1;
+        cs[w * per + j] = g < n ? row[g] : 0.f;
+      }
+    int32_t got[40], lens = -7, want[40];
+    dsa_topk_merge_args a = {cs, ci, W, 1, per, k, got, &lens};
+    dsa_ref_topk_merge(&a);
+    double rd[50];
+    for (int i = 0; i < n; i++) rd[i] = row[i];
+    const int c = dsa_ref_topk_row_f64(rd, n, k, want);
+    for (int i = 1; i < c; i++) /* ascending, as the merge writes them */
+      for (int j = i; j > 0 && want[j - 1] > want[j]; j--) {
+        const int32_t x = want[j];
+        want[j] = want[j - 1];
+        want[j - 1] = x;
+      }
+    check(lens == c, "W=%d n=%d k=%d: lens %d, want %d", W, n, k, lens, c);
+    expect_row(got, want, c, "merged ids");
+    for (int i = c; i < k; i++) check(got[i] == -1, "entry %d past lens = %d", i, got[i]);
+    free(cs);
+    free(ci);
+  }
+  /* by hand: lists {7: 1.0, 2: 3.0, -1} and {4: 3.0, 9: NaN, 5: -inf}, top 3 -> ids 2, 4 (3.0, lower
+   * id first), 7 (1.0), ascending: 2 4 7 */
+  const float hs[6] = {1.0f, 3.0f, 9.0f, 3.0f, NAN, -INFINITY};
+  const int32_t hi[6] = {7, 2, -1, 4, 9, 5};
+  int32_t out[3], len = 0;
+  dsa_topk_merge_args h = {hs, hi, 2, 1, 3, 3, out, &len};
+  dsa_ref_topk_merge(&h);
+  const int32_t w3[3] = {2, 4, 7};
+  check(len == 3, "hand case lens %d", len);
+  expect_row(out, w3, 3, "hand case");
+}
+
+/* LSE combine by hand: two parts with lse ln 1 and ln 3 (weights 1/4, 3/4), one empty (-inf) and
+ * one NaN part left out; a row with no finite part gives 0 and -inf. */
+static void test_lse_combine(void) {
+  const int W = 4, D = DSA_MLA_V_DIM;
+  float *outs = xcalloc((size_t)W * 2 * D, 4);
+  /* [part][row]: part 0 row 0 ln 1, part 2 row 0 ln 3, part 1 nothing, part 3 NaN */
+  const float lses[8] = {0.0f, -INFINITY, -INFINITY, -INFINITY, (float)log(3.0), -INFINITY, NAN, NAN};
+  for (int d = 0; d < D; d++) {
+    outs[(0 * 2 + 0) * D + d] = 4.0f;    /* part 0, row 0 */
+    outs[(1 * 2 + 0) * D + d] = 1e30f;   /* part 1 has no rows: never read */
+    outs[(1 * 2 + 1) * D + d] = 1e30f;
+    outs[(2 * 2 + 0) * D + d] = -4.0f;   /* part 2, row 0 */
+    outs[(3 * 2 + 0) * D + d] = NAN;     /* part 3: NaN lse, left out */
+  }
+  dsa_lse_combine_args a = {outs, DSA_DTYPE_F32, lses, W, 1, 2, NULL, NULL};
+  float out[2 * DSA_MLA_V_DIM], lse[2];
+  dsa_ref_lse_combine(&a, out, lse);
+  check(fabs(lse[0] - log(4.0)) < 1e-6, "row 0 lse %g, want ln 4", lse[0]);
+  check(fabs(out[0] - (0.25 * 4.0 + 0.75 * -4.0)) < 1e-6, "row 0 out %g, want -2", out[0]);
+  check(isinf(lse[1]) && lse[1] < 0 && out[D] == 0.0f, "row 1 (no part): lse %g out %g, want -inf and 0", lse[1],
+        out[D]);
+  free(outs);
+}
+
 int main(void) {
   static const test_case tests[] = {
       {"bf16_known", test_bf16_known},
@@ -1315,6 +1391,8 @@ int main(void) {
       {"index_k_store", test_index_k_store},
       {"mla_kv_store_fp8", test_mla_kv_store_fp8},
       {"mla_kv_store_bf16", test_mla_kv_store_bf16},
+      {"topk_merge", test_topk_merge},
+      {"lse_combine", test_lse_combine},
   };
   int passed = 0, failed = 0;
   for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
