@@ -20,6 +20,7 @@
 
 #include "dsa_kernels.h"
 #include "launch.cuh"
+#include "score_key.cuh"
 #include "shard.h"
 
 /* ---- candidates ---- */
@@ -54,13 +55,6 @@ extern "C" int dsa_cp_candidates_launch(const dsa_cp_candidates_args *a, cudaStr
 
 #define MERGE_THREADS 1024
 
-static __device__ __forceinline__ uint32_t merge_key(float f) {
-  uint32_t u = __float_as_uint(f);
-  if (f != f) return 0u;        /* NaN: below every number */
-  if (u == 0x80000000u) u = 0u; /* -0 ties with +0 */
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
 /* gather_composites: the row's valid candidates as composites (0 = no candidate: a valid one is
  * never 0, since ~id >= 2^31 for id >= 0); returns how many are valid, and the smallest and largest
  * valid composite in *cmin / *cmax (shared). */
@@ -75,7 +69,7 @@ static __device__ int gather_composites(const dsa_topk_merge_args &a, int t, uin
     const int id = a.cand_ids[at];
     uint64_t c = 0;
     if (id >= 0) {
-      c = ((uint64_t)merge_key(a.cand_scores[at]) << 32) | (uint32_t)~(uint32_t)id;
+      c = make_comp(score_key(a.cand_scores[at]), id);
       mine++;
       lo = c < lo ? c : lo;
       hi = c > hi ? c : hi;

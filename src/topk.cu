@@ -58,6 +58,7 @@
 #include "launch.cuh"
 #include "ptx.cuh"
 #include "rows.cuh"
+#include "score_key.cuh"
 
 /* TK_BINS, TK_CHUNK, TK_CAND_CAP, TK_HDR: config.h (the host sizes the workspace from them). */
 #define TK_THREADS 256
@@ -93,17 +94,6 @@ static tk_ws tk_carve(void *ws, int rows) {
   w.above = (int32_t *)(p + l.above_off);
   w.cand = (int32_t *)(p + l.cand_off);
   return w;
-}
-
-static __device__ __forceinline__ uint32_t score_key(float f) {
-  uint32_t u = __float_as_uint(f);
-  if (f != f) return 0u;            /* NaN: below every number */
-  if (u == 0x80000000u) u = 0u;     /* -0 ties with +0 */
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-static __device__ __forceinline__ uint64_t make_comp(uint32_t key, int pos) {
-  return ((uint64_t)key << 32) | (uint32_t)~(uint32_t)pos;
 }
 
 /* Exclusive prefix sum over the block (blockDim.x a multiple of 32, <= 1024) with warp shuffles;
