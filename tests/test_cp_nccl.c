@@ -53,13 +53,6 @@ static void check(int ok, const char *name, const char *detail) {
   }
 }
 
-static float bf16f(uint16_t x) {
-  const uint32_t u = (uint32_t)x << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
 static void run_case(const nccl_case *c, int W, ncclComm_t *comms) {
   const cp_spec sp = {c->num_reqs,    c->q_len, c->prefill_tokens, c->lens, c->index_heads,
                       c->heads,       c->topk,  c->q_fp8,          c->ties, 7001};
@@ -117,16 +110,9 @@ static void run_case(const nccl_case *c, int W, ncclComm_t *comms) {
       snprintf(detail, sizeof detail, "token %d differs (lens %d vs %d)", bad, bad >= 0 ? run.lens[r][bad] : 0,
                bad >= 0 ? len1[bad] : 0);
       check(bad < 0, name, detail);
-      double worst = 0, worst_lse = 0;
+      const double worst = cp_worst_rel_l2_bf16(run.out[r], out1, T, (size_t)H * 512);
+      double worst_lse = 0;
       for (int t = 0; t < T; t++) {
-        double num = 0, den = 0;
-        for (size_t i = 0; i < (size_t)H * 512; i++) {
-          const double x = bf16f(run.out[r][(size_t)t * H * 512 + i]), y = bf16f(out1[(size_t)t * H * 512 + i]);
-          num += (x - y) * (x - y);
-          den += y * y;
-        }
-        if (den > 0) worst = fmax(worst, sqrt(num / den));
-        else if (num > 0) worst = INFINITY;
         for (int h = 0; h < H; h++) {
           const double x = run.lse[r][t * H + h], y = lse1[t * H + h];
           if (isinf(y) || isinf(x)) {

@@ -42,13 +42,6 @@ static int parse_sizes(const char *arg, int64_t *out) {
 
 static const char *stage_names[DSA_CP_STAGES] = {"local", "xchg1", "merge", "attn", "xchg2", "comb"};
 
-static float bf16f(uint16_t x) {
-  const uint32_t u = (uint32_t)x << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
 int cp_bench_main(int argc, char **argv) {
   int W = 2, mtp = 1, iters = 20, check = 0, nsizes = 3, nbatches = 2, prefill = 0, graph = 0;
   int64_t sizes[MAXN] = {131072, 1 << 20, 4 << 20}, batches[MAXN] = {1, 8};
@@ -159,15 +152,7 @@ int cp_bench_main(int argc, char **argv) {
         for (int r = 0; r < W; r++) {
           if (memcmp(run.positions[r], pos1, (size_t)T * K * 4) || memcmp(run.lens[r], len1, (size_t)T * 4))
             verdict = "TOPK-DIFFERS";
-          for (int t = 0; t < T; t++) {
-            double num = 0, den = 0;
-            for (int i = 0; i < H * 512; i++) {
-              const double x = bf16f(run.out[r][(size_t)t * H * 512 + i]), y = bf16f(out1[(size_t)t * H * 512 + i]);
-              num += (x - y) * (x - y);
-              den += y * y;
-            }
-            worst = fmax(worst, den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0));
-          }
+          worst = fmax(worst, cp_worst_rel_l2_bf16(run.out[r], out1, T, (size_t)H * 512));
         }
         if (worst > 1e-2 && !strcmp(verdict, "ok")) verdict = "ATTN-DIFFERS";
       }

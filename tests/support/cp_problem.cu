@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "shard.h"
+
 #define CK(call)                                                                                 \
   do {                                                                                           \
     cudaError_t e_ = (call);                                                                     \
@@ -47,7 +49,7 @@ __global__ void cp_gen_rows(uint64_t seed, int what, int ties, int r, dsa_shard 
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < cnt * dims; i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t p = p0 + i / dims;
     const int d = (int)(i % dims);
-    const int64_t g = s.layout == DSA_SHARD_ROUND_ROBIN ? p * s.world_size + s.rank : (int64_t)s.rank * s.block + p;
+    const int64_t g = shard_global(&s, p);
     const uint64_t key = ((uint64_t)r << 40) | (uint64_t)(ties && what == 1 ? 0 : g);
     rows[i] = __float2bfloat16(cp_unit(cp_hash(seed, what, key, (uint64_t)d)));
     if (d == 0) slots[i / dims] = (int64_t)bt_row[p / CP_PAGE] * CP_PAGE + p % CP_PAGE;
@@ -70,13 +72,6 @@ __global__ void cp_gen_query(uint64_t seed, int64_t nq, int64_t nh, int64_t na, 
     qa[i] = __float2bfloat16(cp_unit(cp_hash(seed, 6, (uint64_t)i, 0)));
 }
 
-static int64_t owned_below(const dsa_shard *s, int64_t L) {
-  if (L <= 0) return 0;
-  if (s->layout == DSA_SHARD_ROUND_ROBIN) return L > s->rank ? (L - s->rank + s->world_size - 1) / s->world_size : 0;
-  const int64_t lo = (int64_t)s->rank * s->block, hi = lo + s->block;
-  return L <= lo ? 0 : (L < hi ? L : hi) - lo;
-}
-
 static uint64_t host_rng(uint64_t *x) { /* xorshift64* */
   *x ^= *x >> 12;
   *x ^= *x << 25;
@@ -93,7 +88,7 @@ extern "C" int cp_build(const cp_spec *sp, const dsa_shard *s, int device, cp_da
   std::vector<int64_t> rows(R);
   int64_t maxrows = 1;
   for (int r = 0; r < R; r++) {
-    rows[r] = owned_below(&d->shard, sp->seq_lens[r]);
+    rows[r] = shard_owned_below(&d->shard, sp->seq_lens[r]);
     maxrows = std::max(maxrows, rows[r]);
   }
   d->maxb = (int)((maxrows + CP_PAGE - 1) / CP_PAGE);
@@ -504,4 +499,25 @@ extern "C" int cp_run_ranks(cp_run *run) {
   memcpy(run->stage_ms, th[0].stage_ms, sizeof run->stage_ms);
   run->total_ms = th[0].total_ms;
   return rc;
+}
+
+static double bf16_value(uint16_t x) {
+  const uint32_t u = (uint32_t)x << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+extern "C" double cp_worst_rel_l2_bf16(const uint16_t *out, const uint16_t *ref, int tokens, size_t per_token) {
+  double worst = 0;
+  for (int t = 0; t < tokens; t++) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < per_token; i++) {
+      const double x = bf16_value(out[(size_t)t * per_token + i]), y = bf16_value(ref[(size_t)t * per_token + i]);
+      num += (x - y) * (x - y);
+      den += y * y;
+    }
+    worst = std::max(worst, den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0.0));
+  }
+  return worst;
 }

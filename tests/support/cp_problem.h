@@ -69,6 +69,10 @@ int cp_one_gpu(const cp_spec *sp, cp_data *d, cudaStream_t stream, int iters, in
 dsa_cp_decode_args cp_decode_args(const cp_spec *sp, const cp_data *d);
 dsa_cp_prefill_args cp_prefill_args(const cp_spec *sp, const cp_data *d);
 
+/* The largest per-token relative L2 distance of out from ref (bf16 [tokens, per_token]): 0 for a
+ * token where both are zero, infinity where ref is zero and out is not. */
+double cp_worst_rel_l2_bf16(const uint16_t *out, const uint16_t *ref, int tokens, size_t per_token);
+
 /* W ranks on devices 0..W-1 (comms from ncclCommInitAll), one host thread each: every rank builds
  * its shard, runs dsa_cp_decode 3 + iters times (stage events on each), and copies its outputs of
  * the last run to the host arrays given per rank ([T, topk], [T], [T, heads, 512] bf16, [T, heads]).
