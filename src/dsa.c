@@ -330,9 +330,9 @@ static indexer_plan plan_fastest(int num_tokens, int max_len, int topk, int mult
 static indexer_plan plan_indexer(int num_tokens, int max_len, int topk, int multiple, size_t cap) {
   indexer_plan p = plan_fastest(num_tokens, max_len, topk, multiple);
   if (cap == 0 || p.total <= cap) return p;
+  const int64_t stride = p.stride; /* the score rows' stride: the same in every plan */
   memset(&p, 0, sizeof p);
-  p.stride = ((int64_t)max_len + 3) & ~(int64_t)3;
-  if (p.stride < 4) p.stride = 4;
+  p.stride = stride;
   const int scored = max_len > topk;
   const int64_t row_bytes = scored ? p.stride * 4 : 0;
   const size_t per_token_topk = dsa_topk_ws_layout(1).total;

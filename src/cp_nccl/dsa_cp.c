@@ -312,14 +312,13 @@ static dsa_status check_ws(void *ws, size_t ws_bytes, size_t need) {
 dsa_status dsa_cp_decode(const dsa_cp_decode_args *a, ncclComm_t comm, void *ws, size_t ws_bytes,
                          cudaStream_t stream) {
   cp_decode_plan p;
-  OK(plan_decode(a, NULL, &p));
+  OK(plan_decode(a, ws, &p)); /* its pointers are used only once the workspace passed its check */
   OK(check_ws(ws, ws_bytes, p.total));
   const cp_attn_io io = io_of_decode(a);
   OK(check_group(&a->shard, comm, &io));
   if (p.T == 0) return DSA_OK; /* every rank sees the same num_reqs: none exchanges */
   if (!a->query.q || !a->query.weights || !a->index_cache.data || !a->seq_lens || !a->block_table)
     return fail(DSA_ERR_NULL_POINTER, "q, weights, index_cache.data, seq_lens or block_table is NULL");
-  OK(plan_decode(a, ws, &p));
   /* 1. local indexer */
   OK(record(a->stage_events, 0, stream));
   const int rc = dsa_cp_local_rows_launch(&a->shard, a->seq_lens, p.T, a->q_len_per_req, a->max_seq_len, p.lens,
@@ -429,7 +428,7 @@ static dsa_indexer_query query_from(const dsa_indexer_query *q, int t0) {
 dsa_status dsa_cp_prefill(const dsa_cp_prefill_args *a, ncclComm_t comm, void *ws, size_t ws_bytes,
                           cudaStream_t stream) {
   cp_prefill_plan p;
-  OK(plan_prefill(a, NULL, &p));
+  OK(plan_prefill(a, ws, &p)); /* its pointers are used only once the workspace passed its check */
   OK(check_ws(ws, ws_bytes, p.total));
   const cp_attn_io io = io_of_prefill(a);
   OK(check_group(&a->shard, comm, &io));
@@ -437,7 +436,6 @@ dsa_status dsa_cp_prefill(const dsa_cp_prefill_args *a, ncclComm_t comm, void *w
   if (!a->query.q || !a->query.weights || !a->index_cache.data || !a->row_starts || !a->row_ends ||
       (a->num_local_rows > 0 && !a->kv_workspace_slots))
     return fail(DSA_ERR_NULL_POINTER, "q, weights, index_cache.data, row_starts, row_ends or kv_workspace_slots is NULL");
-  OK(plan_prefill(a, ws, &p));
   const int T = p.T, K = a->topk, r = a->shard.rank;
   const int64_t max_rows = a->max_rows > 0 && a->max_rows < a->num_workspace_rows ? a->max_rows : a->num_workspace_rows;
   /* 1. local indexer, a chunk of tokens at a time */
