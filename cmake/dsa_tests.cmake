@@ -33,10 +33,10 @@ function(dsa_gpu_test name prog env)
   endif()
 endfunction()
 dsa_gpu_test(dsa.gpu test_gpu "")
-# The attention cases on each kernel version forced (dsa.gpu runs the per-shape choice).
-dsa_gpu_test(dsa.gpu_v1 test_gpu "DSA_MLA_KERNEL=v1;DSA_TEST_ONLY=MLA")
-dsa_gpu_test(dsa.gpu_v2 test_gpu "DSA_MLA_KERNEL=v2;DSA_TEST_ONLY=MLA")
-dsa_gpu_test(dsa.gpu_v3 test_gpu "DSA_MLA_KERNEL=v3;DSA_TEST_ONLY=MLA")
+# The attention cases on each kernel forced (dsa.gpu runs the choice tables' kernels).
+dsa_gpu_test(dsa.gpu_attention_mma_split test_gpu "DSA_KERNEL=attention:mma_split;DSA_TEST_ONLY=MLA")
+dsa_gpu_test(dsa.gpu_attention_rows_as_m test_gpu "DSA_KERNEL=attention:rows_as_m;DSA_TEST_ONLY=MLA")
+dsa_gpu_test(dsa.gpu_attention_heads_as_m test_gpu "DSA_KERNEL=attention:heads_as_m;DSA_TEST_ONLY=MLA")
 dsa_gpu_test(dsa.gpu_garbage test_gpu_garbage "")
 # context parallelism's single-GPU pieces: merge, LSE combine, simulated ranks against one GPU
 dsa_gpu_test(dsa.gpu_cp test_gpu_cp "")
@@ -48,17 +48,16 @@ if(DSA_HAVE_NCCL)
   target_link_libraries(test_cp_nccl PRIVATE dsa_cp_static)
   dsa_gpu_test(dsa.cp_nccl test_cp_nccl "NCCL_NVLS_ENABLE=0")
 endif()
-dsa_gpu_test(dsa.gpu_garbage_v2 test_gpu_garbage "DSA_MLA_KERNEL=v2;DSA_TEST_ONLY=attention")
-dsa_gpu_test(dsa.gpu_garbage_v3 test_gpu_garbage "DSA_MLA_KERNEL=v3;DSA_TEST_ONLY=attention")
-# the indexer with the one-cluster-a-row top-k switched off (the chain / one-CTA paths for few rows)
-dsa_gpu_test(dsa.gpu_topk_chain test_gpu "DSA_TOPK_CLUSTER=0")
-# rows up to 16,384 on the slices kernel instead of the one-CTA register kernel
-dsa_gpu_test(dsa.gpu_topk_slices test_gpu "DSA_TOPK_SMALL=0")
-# the indexer cases on each scorer forced (default: v3 for prefill, v3t for FP8-q decode with 64-key pages, v1 otherwise)
-dsa_gpu_test(dsa.gpu_scores_v1 test_gpu "DSA_INDEXER_KERNEL=v1;DSA_TEST_ONLY=indexer")
-dsa_gpu_test(dsa.gpu_scores_v2 test_gpu "DSA_INDEXER_KERNEL=v2;DSA_TEST_ONLY=indexer")
-dsa_gpu_test(dsa.gpu_scores_v3 test_gpu "DSA_INDEXER_KERNEL=v3;DSA_TEST_ONLY=indexer")
-dsa_gpu_test(dsa.gpu_scores_v3t test_gpu "DSA_INDEXER_KERNEL=v3t;DSA_TEST_ONLY=indexer")
+dsa_gpu_test(dsa.gpu_garbage_rows_as_m test_gpu_garbage "DSA_KERNEL=attention:rows_as_m;DSA_TEST_ONLY=attention")
+dsa_gpu_test(dsa.gpu_garbage_heads_as_m test_gpu_garbage "DSA_KERNEL=attention:heads_as_m;DSA_TEST_ONLY=attention")
+# every top-k row with scores on the chain; rows up to 16,384 on the slices kernel instead of registers
+dsa_gpu_test(dsa.gpu_topk_chain test_gpu "DSA_KERNEL=topk:chain")
+dsa_gpu_test(dsa.gpu_topk_slices test_gpu "DSA_KERNEL=topk:slices")
+# the indexer cases on each scorer forced (the table: wgmma for prefill, wgmma_tma for FP8-q decode
+# with 64-key pages, mma otherwise)
+dsa_gpu_test(dsa.gpu_scores_mma test_gpu "DSA_KERNEL=scores:mma;DSA_TEST_ONLY=indexer")
+dsa_gpu_test(dsa.gpu_scores_wgmma test_gpu "DSA_KERNEL=scores:wgmma;DSA_TEST_ONLY=indexer")
+dsa_gpu_test(dsa.gpu_scores_wgmma_tma test_gpu "DSA_KERNEL=scores:wgmma_tma;DSA_TEST_ONLY=indexer")
 
 # ---- Host-layer tests that run without a GPU, under AddressSanitizer + UndefinedBehaviorSanitizer ----
 include(CheckCSourceCompiles)
@@ -80,7 +79,7 @@ target_compile_options(dsa_host_stub PUBLIC ${DSA_SAN_FLAGS} PRIVATE ${DSA_WARNI
 target_link_options(dsa_host_stub PUBLIC ${DSA_SAN_FLAGS})
 
 # The real library with its C sources sanitized (the kernels' objects are shared, not rebuilt).
-add_library(dsa_host_san STATIC ${DSA_HOST_SOURCES} src/device.c $<TARGET_OBJECTS:dsa_kernels>)
+add_library(dsa_host_san STATIC ${DSA_HOST_SOURCES} src/host/device.c $<TARGET_OBJECTS:dsa_kernels>)
 target_include_directories(dsa_host_san PUBLIC include PRIVATE src)
 target_compile_options(dsa_host_san PUBLIC ${DSA_SAN_FLAGS} PRIVATE ${DSA_WARNINGS})
 target_link_options(dsa_host_san PUBLIC ${DSA_SAN_FLAGS})

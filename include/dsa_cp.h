@@ -19,7 +19,8 @@
  *
  * The step's own arguments (shard against the communicator, sizes, required pointers) and the
  * attention call's are checked before anything is launched; the indexer calls check theirs when
- * stage 1 reaches them. A rank that returns an error before its first all-gather leaves the others
+ * stage 1 reaches them. A failure returns its status with the message in dsa_last_error() (the
+ * failing library call's own message inside it), as every dsa call. A rank that returns an error before its first all-gather leaves the others
  * waiting in theirs (every rank should pass the same shapes); after any failure, abort the
  * communicator (ncclCommAbort) as NCCL's docs say.
  */
@@ -66,9 +67,9 @@ typedef struct {
   cudaEvent_t *stage_events;     /* NULL or DSA_CP_STAGES + 1 events */
 } dsa_cp_decode_args;
 
-dsa_status dsa_cp_decode_workspace_size(const dsa_cp_decode_args *args, size_t *bytes);
-dsa_status dsa_cp_decode(const dsa_cp_decode_args *args, ncclComm_t comm, void *workspace, size_t workspace_bytes,
-                         cudaStream_t stream);
+DSA_API dsa_status dsa_cp_decode_workspace_size(const dsa_cp_decode_args *args, size_t *bytes);
+DSA_API dsa_status dsa_cp_decode(const dsa_cp_decode_args *args, ncclComm_t comm, void *workspace,
+                                 size_t workspace_bytes, cudaStream_t stream);
 
 /* Prefill: token t sees the global workspace rows [row_starts[t], row_ends[t]) (clamped as
  * dsa_indexer_prefill clamps them: to [0, num_workspace_rows) and to max_rows rows); the rank holds
@@ -101,9 +102,9 @@ typedef struct {
   cudaEvent_t *stage_events;         /* NULL or DSA_CP_STAGES + 1 events */
 } dsa_cp_prefill_args;
 
-dsa_status dsa_cp_prefill_workspace_size(const dsa_cp_prefill_args *args, size_t *bytes);
-dsa_status dsa_cp_prefill(const dsa_cp_prefill_args *args, ncclComm_t comm, void *workspace, size_t workspace_bytes,
-                          cudaStream_t stream);
+DSA_API dsa_status dsa_cp_prefill_workspace_size(const dsa_cp_prefill_args *args, size_t *bytes);
+DSA_API dsa_status dsa_cp_prefill(const dsa_cp_prefill_args *args, ncclComm_t comm, void *workspace,
+                                  size_t workspace_bytes, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

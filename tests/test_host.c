@@ -6,7 +6,8 @@
  *     counted in int and wrapped: dsa_indexer_prefill_scores with num_tokens = INT_MAX never
  *     returned);
  *   - the attention split plan follows the current device's SM count (it was a compile-time 132);
- *   - the attention kernel chosen per shape (v1 / v2) and the DSA_MLA_KERNEL override;
+ *   - each stage's kernel choice table (host/choose.c) and the DSA_KERNEL override, its parse
+ *     errors included;
  *   - no device, a non-sm_90 device and a failing launch come back as clear statuses.
  * A watchdog fails the run if a call does not return within 60 s.
  */
@@ -19,6 +20,8 @@
 #include <unistd.h>
 
 #include "dsa.h"
+#include "host/choose.h"
+#include "kernels.h"
 #include "stub_kernels.h"
 
 static int g_pass, g_fail;
@@ -257,9 +260,9 @@ static dsa_status mla_call(const dsa_sparse_mla_args *a, int sms, size_t *bound)
 
 /* The attention split plan is made for the current device's SM count. */
 static void test_sm_count(void) {
-  /* v1 with 1 token, v2 with 64 tokens x 16 heads (each forced through DSA_MLA_KERNEL) */
+  /* mma_split with 1 token, rows_as_m with 64 tokens x 16 heads (each forced through DSA_KERNEL) */
   for (int kernel = 1; kernel >= 0; kernel--) {
-    setenv("DSA_MLA_KERNEL", kernel == 1 ? "v1" : "v2", 1);
+    dsa_choose_override(kernel == 1 ? "attention:mma_split" : "attention:rows_as_m");
     const dsa_sparse_mla_args a = mla_args(kernel == 1 ? 1 : 64, 16, DSA_KV_FP8_PACKED);
     int splits[3];
     const int sms[3] = {132, 78, 16};
@@ -268,28 +271,30 @@ static void test_sm_count(void) {
       const dsa_status st = mla_call(&a, sms[i], &bound);
       splits[i] = g_dsa_stub.mla_splits;
       char name[128];
-      snprintf(name, sizeof name, "attention plan (v%d) on %d SMs fits the queried workspace", 2 - kernel, sms[i]);
+      snprintf(name, sizeof name, "attention plan (%s) on %d SMs fits the queried workspace",
+               kernel == 1 ? "mma_split" : "rows_as_m", sms[i]);
       check(st == DSA_OK && g_dsa_stub.violations == 0 && g_dsa_stub.mla_need <= bound, name,
             "status %lld, need %lld", st, (long long)g_dsa_stub.mla_need);
     }
     if (kernel == 1)
       /* 1 token x 16 heads, 32 blocks: one wave of 32 splits on 132 SMs; on 16 SMs, 16 splits of 2
        * blocks (one wave) beat 32 splits (two waves). */
-      check(splits[0] == 32 && splits[2] == 16, "v1 attention splits follow the SM count (132 -> 32, 16 -> 16)",
+      check(splits[0] == 32 && splits[2] == 16, "mma_split attention splits follow the SM count (132 -> 32, 16 -> 16)",
             "got %lld and %lld", splits[0], splits[2]);
     else
       /* 64 tokens x 16 heads: clusters of 2 fill 132 SMs in one wave; on 16 SMs no split pays */
-      check(splits[0] == 2 && splits[2] == 1, "v2 attention splits follow the SM count (132 -> 2, 16 -> 1)",
+      check(splits[0] == 2 && splits[2] == 1, "rows_as_m attention splits follow the SM count (132 -> 2, 16 -> 1)",
             "got %lld and %lld", splits[0], splits[2]);
   }
-  unsetenv("DSA_MLA_KERNEL");
+  dsa_choose_override(NULL);
   g_dsa_stub.num_sms = 132;
 }
 
-/* Which attention kernel a call runs: the per-shape choice (v3 for > 32 heads once tokens x
- * ceil(heads / 64) >= 8; else v2 for packed FP8 KV, <= 64 heads, >= 32 tokens, at most
- * two waves of 32-head CTAs; else v1), DSA_MLA_KERNEL overriding it; v2 and v3 plans take no
- * workspace (v2 even when it splits). */
+/* Which attention kernel a call runs: the per-shape choice (heads_as_m for > 32 heads once tokens x
+ * ceil(heads / 64) >= 8; else rows_as_m for packed FP8 KV, <= 64 heads, >= 32 tokens, at most
+ * two waves of 32-head CTAs; else mma_split), DSA_KERNEL overriding it; rows_as_m and heads_as_m
+ * plans take no workspace (rows_as_m even when it splits). Kernels by their dsa_attention_kernel:
+ * 1 mma_split, 2 rows_as_m, 3 heads_as_m. */
 static void test_mla_kernel_choice(void) {
   static const struct {
     int tokens, heads, fp8, sms, want;
@@ -301,69 +306,205 @@ static void test_mla_kernel_choice(void) {
       {1000, 32, 0, 132, 1}, {64, 16, 0, 132, 1}, {64, 16, 1, 16, 1},  {8, 64, 1, 16, 3},
       {1, 128, 0, 132, 1},  {7, 64, 0, 132, 1},
   };
-  unsetenv("DSA_MLA_KERNEL");
+  dsa_choose_override(NULL);
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     const dsa_sparse_mla_args a =
         mla_args(cases[i].tokens, cases[i].heads, cases[i].fp8 ? DSA_KV_FP8_PACKED : DSA_KV_BF16);
     size_t bound;
     const dsa_status st = mla_call(&a, cases[i].sms, &bound);
     char name[160];
-    snprintf(name, sizeof name, "attention kernel for %d tokens x %d heads, %s KV, %d SMs: v%d", cases[i].tokens,
-             cases[i].heads, cases[i].fp8 ? "FP8" : "bf16", cases[i].sms, cases[i].want);
+    static const char *const kname[4] = {"?", "mma_split", "rows_as_m", "heads_as_m"};
+    snprintf(name, sizeof name, "attention kernel for %d tokens x %d heads, %s KV, %d SMs: %s", cases[i].tokens,
+             cases[i].heads, cases[i].fp8 ? "FP8" : "bf16", cases[i].sms, kname[cases[i].want]);
     const int got = g_dsa_stub.mla_kernel;
-    check(st == DSA_OK && g_dsa_stub.violations == 0 && got == cases[i].want, name, "status %lld, got v%lld", st,
-          got);
+    check(st == DSA_OK && g_dsa_stub.violations == 0 && got == cases[i].want, name, "status %lld, got kernel %lld",
+          st, got);
   }
-  /* overrides, and no workspace for a split v2 or v3 plan (1 token x 16 heads: clusters of 8) */
+  /* overrides, and no workspace for a split rows_as_m or heads_as_m plan (1 token x 16 heads:
+   * clusters of 8) */
   const dsa_sparse_mla_args a = mla_args(1, 16, DSA_KV_FP8_PACKED);
-  static const char *const names[3] = {"DSA_MLA_KERNEL=v1 forces v1 (split partials in the workspace)",
-                                       "DSA_MLA_KERNEL=v2 forces v2 (a cluster of splits, no workspace)",
-                                       "DSA_MLA_KERNEL=v3 forces v3 (a cluster of splits, no workspace)"};
+  static const char *const specs[3] = {"attention:mma_split", "attention:rows_as_m", "attention:heads_as_m"};
+  static const char *const names[3] = {
+      "DSA_KERNEL=attention:mma_split forces mma_split (split partials in the workspace)",
+      "DSA_KERNEL=attention:rows_as_m forces rows_as_m (a cluster of splits, no workspace)",
+      "DSA_KERNEL=attention:heads_as_m forces heads_as_m (a cluster of splits, no workspace)"};
   for (int v = 1; v <= 3; v++) {
-    setenv("DSA_MLA_KERNEL", v == 1 ? "v1" : v == 2 ? "v2" : "v3", 1);
+    dsa_choose_override(specs[v - 1]);
     size_t bound;
     const dsa_status st = mla_call(&a, 132, &bound);
     const int got = g_dsa_stub.mla_kernel;
     check(st == DSA_OK && got == v && (v == 1 || g_dsa_stub.mla_splits == 8) && (v == 1) == (g_dsa_stub.mla_need > 0),
-          names[v - 1], "got v%lld, splits %lld", got, g_dsa_stub.mla_splits);
+          names[v - 1], "got kernel %lld, splits %lld", got, g_dsa_stub.mla_splits);
   }
-  /* v1's head tile: under a wave of CTAs, narrower tiles when more, shorter CTAs still fit a wave
+  /* mma_split's head tile: under a wave of CTAs, narrower tiles when more, shorter CTAs still fit a wave
    * (a 64-head CTA takes about twice a 16-head one); the workspace bound holds for every tile */
   static const struct {
     int tokens, heads, fp8, sms, mt, splits;
   } v1s[] = {{1, 16, 1, 132, 1, 32}, {1, 64, 1, 132, 1, 32}, {1, 128, 1, 132, 2, 32}, {2, 64, 1, 132, 2, 32},
              {4, 64, 1, 132, 4, 32}, {1, 128, 0, 132, 2, 32}, {1, 64, 1, 16, 4, 16}, {300, 64, 1, 132, 4, 1}};
-  setenv("DSA_MLA_KERNEL", "v1", 1);
+  dsa_choose_override("attention:mma_split");
   for (size_t i = 0; i < sizeof v1s / sizeof v1s[0]; i++) {
     const dsa_sparse_mla_args b =
         mla_args(v1s[i].tokens, v1s[i].heads, v1s[i].fp8 ? DSA_KV_FP8_PACKED : DSA_KV_BF16);
     size_t bound;
     const dsa_status st = mla_call(&b, v1s[i].sms, &bound);
     char name[160];
-    snprintf(name, sizeof name, "v1 plan for %d tokens x %d heads, %s KV, %d SMs: %d heads a CTA, %d splits",
+    snprintf(name, sizeof name, "mma_split plan for %d tokens x %d heads, %s KV, %d SMs: %d heads a CTA, %d splits",
              v1s[i].tokens, v1s[i].heads, v1s[i].fp8 ? "FP8" : "bf16", v1s[i].sms, 16 * v1s[i].mt, v1s[i].splits);
     check(st == DSA_OK && g_dsa_stub.violations == 0 && g_dsa_stub.mla_mt == v1s[i].mt &&
               g_dsa_stub.mla_splits == v1s[i].splits,
           name, "mt %lld, splits %lld", st == DSA_OK ? g_dsa_stub.mla_mt : -st, g_dsa_stub.mla_splits);
   }
-  /* v3's splits: only below a wave of (token, 64-head) CTAs, fewest waves x (chunks per split + 1) */
+  /* heads_as_m's splits: only below a wave of (token, 64-head) CTAs, fewest waves x (chunks per split + 1) */
   static const struct {
     int tokens, heads, sms, splits;
   } v3s[] = {{64, 64, 132, 2}, {64, 128, 132, 1}, {128, 128, 132, 1}, {30, 128, 132, 2}, {8, 64, 132, 8},
              {16, 64, 132, 4}, {32, 64, 132, 2}, {8, 64, 16, 2},    {1, 128, 132, 8},  {4096, 128, 132, 1}};
-  setenv("DSA_MLA_KERNEL", "v3", 1);
+  dsa_choose_override("attention:heads_as_m");
   for (size_t i = 0; i < sizeof v3s / sizeof v3s[0]; i++) {
     const dsa_sparse_mla_args b = mla_args(v3s[i].tokens, v3s[i].heads, DSA_KV_BF16);
     size_t bound;
     const dsa_status st = mla_call(&b, v3s[i].sms, &bound);
     char name[160];
-    snprintf(name, sizeof name, "v3 splits for %d tokens x %d heads on %d SMs: %d", v3s[i].tokens, v3s[i].heads,
+    snprintf(name, sizeof name, "heads_as_m splits for %d tokens x %d heads on %d SMs: %d", v3s[i].tokens, v3s[i].heads,
              v3s[i].sms, v3s[i].splits);
     check(st == DSA_OK && g_dsa_stub.mla_splits == v3s[i].splits && g_dsa_stub.mla_need == 0, name,
           "splits %lld, workspace %lld", g_dsa_stub.mla_splits, (long long)g_dsa_stub.mla_need);
   }
-  unsetenv("DSA_MLA_KERNEL");
+  dsa_choose_override(NULL);
   g_dsa_stub.num_sms = 132;
+}
+
+/* One indexer decode call through the stubs (fake pointers): n tokens a request, `reqs` requests,
+ * a context of max_blocks pages of page_size, q bf16 or FP8, `heads` index heads. */
+static dsa_status decode_call(int reqs, int n, int max_blocks, int page_size, int fp8_q, int heads) {
+  dsa_indexer_decode_args d;
+  memset(&d, 0, sizeof d);
+  d.query = query();
+  d.query.num_heads = heads;
+  d.query.weights_stride = heads;
+  if (fp8_q) {
+    d.query.q_dtype = DSA_DTYPE_FP8_E4M3;
+    d.query.q_scale = FAKE(0x900000000ull);
+  }
+  d.cache = cache();
+  d.cache.page_size = page_size;
+  d.seq_lens = FAKE(0x400000000ull);
+  d.block_table = FAKE(0x500000000ull);
+  d.block_table_stride = max_blocks;
+  d.max_blocks_per_req = max_blocks;
+  d.q_len_per_req = n;
+  d.num_reqs = reqs;
+  d.topk = 2048;
+  d.topk_indices = FAKE(0xa00000000ull);
+  size_t bytes = 0;
+  dsa_indexer_decode_workspace_size(&d, &bytes);
+  dsa_stub_begin_call(FAKE(0xb00000000ull), bytes);
+  return dsa_indexer_decode(&d, FAKE(0xb00000000ull), bytes, 0);
+}
+
+/* The indexer's two tables: the scorer (mma / wgmma / wgmma_tma) and the top-k kernel (registers /
+ * slices with its cluster / chain) each launch gets, by default and under DSA_KERNEL. */
+static void test_indexer_kernel_choice(void) {
+  static const struct {
+    const char *spec;
+    int reqs, n, blocks, page, fp8, heads, scorer, topk, cluster;
+  } cases[] = {
+      /* FP8-q decode on 64-key pages: wgmma_tma; one 8k row: registers */
+      {NULL, 1, 1, 128, 64, 1, 32, DSA_SCORES_WGMMA_TMA, DSA_TOPK_REGISTERS, 1},
+      /* bf16 q, or pages of 32: mma */
+      {NULL, 1, 1, 128, 64, 0, 32, DSA_SCORES_MMA, DSA_TOPK_REGISTERS, 1},
+      {NULL, 1, 1, 256, 32, 1, 32, DSA_SCORES_MMA, DSA_TOPK_REGISTERS, 1},
+      /* more rows of <= 16,384 than SMs: slices, one CTA a row */
+      {NULL, 200, 1, 128, 64, 1, 32, DSA_SCORES_WGMMA_TMA, DSA_TOPK_SLICES, 1},
+      /* few rows of 128k: a cluster of 8 a row; 1M: the chain (no cluster of slices of 16k fits) */
+      {NULL, 4, 1, 2048, 64, 1, 32, DSA_SCORES_WGMMA_TMA, DSA_TOPK_SLICES, 8},
+      {NULL, 1, 1, 16384, 64, 1, 32, DSA_SCORES_WGMMA_TMA, DSA_TOPK_CHAIN, 1},
+      /* many rows of 128k: the chain; 40k rows, many: slices, one CTA a row */
+      {NULL, 100, 1, 2048, 64, 1, 32, DSA_SCORES_WGMMA_TMA, DSA_TOPK_CHAIN, 1},
+      {NULL, 100, 1, 640, 64, 1, 32, DSA_SCORES_WGMMA_TMA, DSA_TOPK_SLICES, 1},
+      /* overrides */
+      {"scores:mma", 1, 1, 128, 64, 1, 32, DSA_SCORES_MMA, DSA_TOPK_REGISTERS, 1},
+      {"scores:wgmma", 1, 1, 128, 64, 1, 32, DSA_SCORES_WGMMA, DSA_TOPK_REGISTERS, 1},
+      {"scores:wgmma", 1, 1, 128, 64, 0, 32, DSA_SCORES_WGMMA, DSA_TOPK_REGISTERS, 1},
+      /* wgmma's bf16-q path holds <= 256 (token, head) rows a group: MTP 8 x 64 heads goes to mma */
+      {"scores:wgmma", 1, 8, 128, 64, 0, 64, DSA_SCORES_MMA, DSA_TOPK_REGISTERS, 1},
+      {"scores:wgmma_tma", 1, 1, 256, 32, 1, 32, DSA_SCORES_WGMMA, DSA_TOPK_REGISTERS, 1},
+      {"topk:chain", 1, 1, 128, 64, 1, 32, DSA_SCORES_WGMMA_TMA, DSA_TOPK_CHAIN, 1},
+      {"topk:slices", 1, 1, 128, 64, 1, 32, DSA_SCORES_WGMMA_TMA, DSA_TOPK_SLICES, 1},
+      {"topk:registers", 200, 1, 128, 64, 1, 32, DSA_SCORES_WGMMA_TMA, DSA_TOPK_REGISTERS, 1},
+      {" topk:registers , scores:mma ", 4, 1, 2048, 64, 1, 32, DSA_SCORES_MMA, DSA_TOPK_SLICES, 8},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    dsa_choose_override(cases[i].spec);
+    const dsa_status st =
+        decode_call(cases[i].reqs, cases[i].n, cases[i].blocks, cases[i].page, cases[i].fp8, cases[i].heads);
+    char name[200];
+    snprintf(name, sizeof name,
+             "indexer kernels, %s: %d x %d tokens, %d pages of %d, %s q, %d heads -> scorer %d, top-k %d (%d a row)",
+             cases[i].spec ? cases[i].spec : "default", cases[i].reqs, cases[i].n, cases[i].blocks, cases[i].page,
+             cases[i].fp8 ? "FP8" : "bf16", cases[i].heads, cases[i].scorer, cases[i].topk, cases[i].cluster);
+    check(st == DSA_OK && g_dsa_stub.violations == 0 && g_dsa_stub.scores_kernel == cases[i].scorer &&
+              g_dsa_stub.topk_kernel == cases[i].topk && g_dsa_stub.topk_cluster == cases[i].cluster,
+          name, "status %lld, scorer %lld", st, g_dsa_stub.scores_kernel);
+  }
+  /* prefill: wgmma for both q types */
+  for (int fp8 = 0; fp8 < 2; ++fp8) {
+    dsa_choose_override(NULL);
+    dsa_indexer_prefill_args a;
+    memset(&a, 0, sizeof a);
+    a.query = query();
+    if (fp8) {
+      a.query.q_dtype = DSA_DTYPE_FP8_E4M3;
+      a.query.q_scale = FAKE(0x900000000ull);
+    }
+    a.cache = cache();
+    a.kv_workspace_slots = FAKE(0x400000000ull);
+    a.num_workspace_rows = 20000;
+    a.row_starts = FAKE(0x500000000ull);
+    a.row_ends = FAKE(0x600000000ull);
+    a.num_tokens = 64;
+    a.topk = 2048;
+    a.topk_indices = FAKE(0x700000000ull);
+    size_t bytes = 0;
+    dsa_indexer_prefill_workspace_size(&a, &bytes);
+    dsa_stub_begin_call(FAKE(0x100000000000ull), bytes);
+    const dsa_status st = dsa_indexer_prefill(&a, FAKE(0x100000000000ull), bytes, 0);
+    check(st == DSA_OK && g_dsa_stub.scores_kernel == DSA_SCORES_WGMMA && g_dsa_stub.topk_kernel == DSA_TOPK_SLICES &&
+              g_dsa_stub.topk_cluster == 2,
+          fp8 ? "prefill 64 tokens x 20k rows, FP8 q: wgmma, slices in clusters of 2"
+              : "prefill 64 tokens x 20k rows, bf16 q: wgmma, slices in clusters of 2",
+          "status %lld, scorer %lld", st, g_dsa_stub.scores_kernel);
+  }
+  dsa_choose_override(NULL);
+}
+
+/* A malformed DSA_KERNEL: every call that would launch a stage's kernel fails with
+ * DSA_ERR_INVALID_VALUE naming the value; nothing is launched; a call with no work is unaffected. */
+static void test_override_errors(void) {
+  static const char *const bad[] = {"attention:v3", "atention:heads_as_m", "scores", "topk:chain,scores:v1",
+                                    "scores:mma:x"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    dsa_choose_override(bad[i]);
+    const dsa_sparse_mla_args a = mla_args(1, 16, DSA_KV_FP8_PACKED);
+    size_t bound;
+    dsa_status st = mla_call(&a, 132, &bound);
+    char name[160];
+    snprintf(name, sizeof name, "DSA_KERNEL=\"%s\": attention fails with a message naming it", bad[i]);
+    check(st == DSA_ERR_INVALID_VALUE && strstr(dsa_last_error(), "DSA_KERNEL") && g_dsa_stub.launches == 0, name,
+          "status %lld, launches %lld", st, g_dsa_stub.launches);
+    st = decode_call(1, 1, 128, 64, 1, 32);
+    snprintf(name, sizeof name, "DSA_KERNEL=\"%s\": the indexer fails too, nothing launched", bad[i]);
+    check(st == DSA_ERR_INVALID_VALUE && g_dsa_stub.launches == 0, name, "status %lld, launches %lld", st,
+          g_dsa_stub.launches);
+  }
+  dsa_choose_override("");
+  const dsa_sparse_mla_args a = mla_args(1, 16, DSA_KV_FP8_PACKED);
+  size_t bound;
+  const dsa_status st = mla_call(&a, 132, &bound);
+  check(st == DSA_OK && g_dsa_stub.mla_kernel == DSA_ATTN_MMA_SPLIT, "DSA_KERNEL=\"\": the tables' choice",
+        "status %lld, kernel %lld", st, g_dsa_stub.mla_kernel);
+  dsa_choose_override(NULL);
 }
 
 /* No device / a non-sm_90 device / a launch failure: clear statuses, messages naming the call. */
@@ -413,6 +554,8 @@ int main(void) {
   test_indexer_workspace_cap();
   test_sm_count();
   test_mla_kernel_choice();
+  test_indexer_kernel_choice();
+  test_override_errors();
   test_device_errors();
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;

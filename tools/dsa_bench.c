@@ -1914,8 +1914,8 @@ static void write_json(const bench *b, const row_result *rows, int n, const char
   for (int i = 0; i < o->nbatches; i++) fprintf(f, "%s%d", i ? ", " : "", o->batches[i]);
   fprintf(f, "], \"shape_filter\": ");
   json_str(f, o->shape ? o->shape : "");
-  fprintf(f, ", \"DSA_MLA_KERNEL\": "); /* the attention kernel override, "" = the library's choice */
-  json_str(f, getenv("DSA_MLA_KERNEL") ? getenv("DSA_MLA_KERNEL") : "");
+  fprintf(f, ", \"DSA_KERNEL\": "); /* the kernel override, "" = the choice tables' */
+  json_str(f, getenv("DSA_KERNEL") ? getenv("DSA_KERNEL") : "");
   fprintf(f, "},\n  \"limits\": {\"bandwidth_B_per_s\": %.4g, \"bf16_flop_per_s\": %.4g, "
              "\"fp8_flop_per_s\": %.4g},\n  \"rows\": [\n",
           BW_BYTES_S, BF16_FLOP_S, FP8_FLOP_S);

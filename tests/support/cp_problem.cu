@@ -13,7 +13,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "shard.h"
+#include "common/shard.h"
 
 #define CK(call)                                                                                 \
   do {                                                                                           \

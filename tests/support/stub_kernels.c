@@ -1,6 +1,7 @@
 /*
- * stub_kernels.c — see stub_kernels.h. No CUDA: implements dsa_kernels.h's device and launcher
- * functions with precondition checks. Pointers are never dereferenced (the tests pass fake ones).
+ * stub_kernels.c — see stub_kernels.h. No CUDA: implements the seam's launchers (src/kernels.h) and
+ * the device facts (src/host/status.h) with precondition checks. Pointers are never dereferenced
+ * (the tests pass fake ones).
  */
 #include "stub_kernels.h"
 
@@ -8,7 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dsa_kernels.h"
+#include "host/status.h"
+#include "kernels.h"
 
 dsa_stub_state g_dsa_stub;
 
@@ -127,7 +129,7 @@ static int check_rows(const dsa_rows *r, int num_tokens) {
 
 /* ---- launchers ---- */
 
-int dsa_indexer_scores_launch(const dsa_scores_params *p, cudaStream_t stream) {
+int dsa_scores_launch(const dsa_scores_params *p, cudaStream_t stream) {
   (void)stream;
   dsa_stub_state *s = &g_dsa_stub;
   int e;
@@ -136,6 +138,17 @@ int dsa_indexer_scores_launch(const dsa_scores_params *p, cudaStream_t stream) {
   REQUIRE(p->rows.token_begin == s->scores_next, "scores launch begins at token %d, expected %lld",
           p->rows.token_begin, (long long)s->scores_next);
   REQUIRE(p->num_sms >= 1, "scores num_sms %d", p->num_sms);
+  /* the choice table's scorer takes the shape (host/choose.c) */
+  REQUIRE(p->kernel == DSA_SCORES_MMA || p->kernel == DSA_SCORES_WGMMA || p->kernel == DSA_SCORES_WGMMA_TMA,
+          "scores kernel %d", (int)p->kernel);
+  REQUIRE(p->kernel != DSA_SCORES_WGMMA_TMA || (p->q.q_dtype == DSA_DTYPE_FP8_E4M3 && p->rows.mode == DSA_ROWS_DECODE &&
+                                               p->cache.page_size == 64),
+          "wgmma_tma for q dtype %d, rows mode %d, page size %d", (int)p->q.q_dtype, (int)p->rows.mode,
+          p->cache.page_size);
+  REQUIRE(p->kernel != DSA_SCORES_WGMMA || p->q.q_dtype == DSA_DTYPE_FP8_E4M3 || p->rows.mode != DSA_ROWS_DECODE ||
+              p->rows.q_len_per_req * (p->q.num_heads <= 32 ? 32 : 64) <= 256,
+          "wgmma's f16 path with %d decode tokens x %d heads a group", p->rows.q_len_per_req, p->q.num_heads);
+  s->scores_kernel = (int)p->kernel;
   const dsa_indexer_query *q = &p->q;
   REQUIRE(q->num_heads >= 1 && q->num_heads <= DSA_MAX_INDEX_HEADS && q->head_dim == DSA_INDEX_HEAD_DIM,
           "query heads %d dim %d", q->num_heads, q->head_dim);
@@ -185,7 +198,19 @@ int dsa_topk_launch(const dsa_topk_params *p, void *workspace, cudaStream_t stre
   }
   REQUIRE(p->out && !misaligned(p->out, 4), "top-k out %p", (void *)p->out);
   REQUIRE(!misaligned(p->out_lens, 4), "top-k out_lens %p", (void *)p->out_lens);
+  /* the choice table's kernel takes the rows (host/choose.c) */
+  REQUIRE(p->kernel == DSA_TOPK_REGISTERS || p->kernel == DSA_TOPK_SLICES || p->kernel == DSA_TOPK_CHAIN,
+          "top-k kernel %d", (int)p->kernel);
+  REQUIRE(p->kernel != DSA_TOPK_REGISTERS || p->rows.max_len <= DSA_TOPK_REGISTERS_MAX_LEN,
+          "registers top-k with max_len %d", p->rows.max_len);
+  REQUIRE(p->kernel != DSA_TOPK_SLICES ||
+              (p->cluster == 1 && (p->rows.max_len <= DSA_TOPK_ONE_CTA_MAX_LEN || p->rows.max_len <= p->topk)) ||
+              ((p->cluster == 2 || p->cluster == 4 || p->cluster == 8) &&
+               (p->rows.max_len + p->cluster - 1) / p->cluster <= DSA_TOPK_SLICE_MAX),
+          "slices top-k: %d CTAs a row of max_len %d", p->cluster, p->rows.max_len);
   if ((e = count_launch())) return e;
+  s->topk_kernel = (int)p->kernel;
+  s->topk_cluster = p->cluster;
   s->topk_next += p->num_tokens;
   s->chunk_next = s->topk_next;
   s->topk_tokens += p->num_tokens;
@@ -203,6 +228,7 @@ int dsa_topk_chunk_launch(const dsa_topk_params *p, void *workspace, int ws_rows
   REQUIRE(p->num_tokens >= 1 && row0 >= 0 && row0 + p->num_tokens <= ws_rows, "deferred chunk rows %d at %d of %d",
           p->num_tokens, row0, ws_rows);
   REQUIRE(p->rows.max_len > DSA_TOPK_ONE_CTA_MAX_LEN, "deferred chunk with max_len %d", p->rows.max_len);
+  REQUIRE(p->kernel == DSA_TOPK_CHAIN, "deferred chunk on top-k kernel %d", (int)p->kernel);
   REQUIRE(p->topk >= 1 && p->topk <= DSA_MAX_TOPK, "top-k k %d", p->topk);
   if ((e = check_rows(&p->rows, p->num_tokens))) return e;
   REQUIRE(p->rows.token_begin == s->chunk_next, "deferred chunk begins at row %d, expected %lld", p->rows.token_begin,
@@ -248,8 +274,8 @@ int dsa_topk_final_launch(const dsa_topk_params *p, void *workspace, int ws_rows
   return 0;
 }
 
-int dsa_sparse_mla_launch(const dsa_sparse_mla_args *a, const dsa_mla_plan *pl, void *workspace,
-                          cudaStream_t stream) {
+int dsa_attention_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl, void *workspace,
+                         cudaStream_t stream) {
   (void)stream;
   dsa_stub_state *s = &g_dsa_stub;
   REQUIRE(a->num_tokens >= 1 && a->num_heads >= 1 && a->num_heads <= DSA_MAX_ATTN_HEADS, "mla sizes %d x %d",
@@ -263,21 +289,22 @@ int dsa_sparse_mla_launch(const dsa_sparse_mla_args *a, const dsa_mla_plan *pl, 
           "mla indices / lens / lse alignment");
   REQUIRE(a->kv_format == DSA_KV_FP8_PACKED || (a->kv_stride >= DSA_MLA_QK_DIM && a->kv_stride % 8 == 0),
           "mla kv_stride %lld", (long long)a->kv_stride);
-  REQUIRE(pl->kernel == DSA_MLA_KERNEL_MMA || pl->kernel == DSA_MLA_KERNEL_SM90 || pl->kernel == DSA_MLA_KERNEL_V3,
+  REQUIRE(pl->kernel == DSA_ATTN_MMA_SPLIT || pl->kernel == DSA_ATTN_ROWS_AS_M || pl->kernel == DSA_ATTN_HEADS_AS_M,
           "mla plan kernel %d", pl->kernel);
-  REQUIRE(pl->kernel == DSA_MLA_KERNEL_V3 ? pl->mt == 4
-                                         : pl->mt == 1 || pl->mt == 2 || (pl->mt == 4 && pl->kernel == DSA_MLA_KERNEL_MMA),
+  REQUIRE(pl->kernel == DSA_ATTN_HEADS_AS_M
+              ? pl->mt == 4
+              : pl->mt == 1 || pl->mt == 2 || (pl->mt == 4 && pl->kernel == DSA_ATTN_MMA_SPLIT),
           "mla plan mt %d", pl->mt);
-  REQUIRE(pl->kernel == DSA_MLA_KERNEL_MMA || pl->splits == 1 || pl->splits == 2 || pl->splits == 4 ||
+  REQUIRE(pl->kernel == DSA_ATTN_MMA_SPLIT || pl->splits == 1 || pl->splits == 2 || pl->splits == 4 ||
               pl->splits == 8,
-          "mla v2 / v3 cluster of %d", pl->splits);
+          "mla rows_as_m / heads_as_m cluster of %d", pl->splits);
   REQUIRE((int64_t)pl->groups * 16 * pl->mt >= a->num_heads, "mla plan covers %d heads of %d", pl->groups * 16 * pl->mt,
           a->num_heads);
   REQUIRE(pl->splits >= 1 && pl->splits <= pl->num_blocks && pl->blocks_per_split * pl->splits >= pl->num_blocks,
           "mla plan splits %d x %d blocks of %d", pl->splits, pl->blocks_per_split, pl->num_blocks);
-  const size_t need = dsa_mla_plan_workspace(a, pl);
-  REQUIRE(need <= dsa_mla_workspace_bound(a), "mla plan needs %zu > the queried bound %zu", need,
-          dsa_mla_workspace_bound(a));
+  const size_t need = dsa_plan_attention_workspace(a, pl);
+  REQUIRE(need <= dsa_plan_attention_workspace_bound(a), "mla plan needs %zu > the queried bound %zu", need,
+          dsa_plan_attention_workspace_bound(a));
   if (need > 0)
     REQUIRE(workspace && !misaligned(workspace, 256) && in_workspace(workspace) && fits_workspace(workspace, need),
             "mla split partials (%zu bytes) outside the workspace", need);
@@ -287,7 +314,7 @@ int dsa_sparse_mla_launch(const dsa_sparse_mla_args *a, const dsa_mla_plan *pl, 
   s->mla_splits = pl->splits;
   s->mla_mt = pl->mt;
   s->mla_need = need;
-  s->mla_kernel = pl->kernel == DSA_MLA_KERNEL_V3 ? 3 : pl->kernel == DSA_MLA_KERNEL_SM90 ? 2 : 1;
+  s->mla_kernel = pl->kernel;
   return 0;
 }
 
@@ -319,7 +346,7 @@ int dsa_mla_kv_store_launch(const dsa_mla_kv_store_args *a, cudaStream_t stream)
   return 0;
 }
 
-/* ---- cp.cu ---- */
+/* ---- cp/ ---- */
 int dsa_cp_candidates_launch(const dsa_cp_candidates_args *a, cudaStream_t stream) {
   (void)stream;
   REQUIRE(a->num_rows >= 1 && a->topk >= 1 && a->topk <= DSA_MAX_TOPK, "cp candidates rows %d topk %d", a->num_rows,

@@ -1,9 +1,9 @@
 /*
- * stub_kernels.h — a CPU-only stand-in for the launchers of src/dsa_kernels.h, linked instead of the
+ * stub_kernels.h — a CPU-only stand-in for the launchers of src/kernels.h, linked instead of the
  * CUDA files into the host-layer test builds (test_host, fuzz_api_stub). Each stub checks what its
  * launcher relies on (the seam's preconditions: alignment, ranges, per-launch caps, workspace
  * bounds, contiguous coverage of the call's tokens), counts the launch and returns success, so the
- * chunk loops of dsa.c run on a machine without a GPU. A violated precondition is recorded and
+ * chunk loops of src/host run on a machine without a GPU. A violated precondition is recorded and
  * the launch fails (cudaErrorLaunchFailure), which also ends any loop that would not.
  */
 #ifndef DSA_STUB_KERNELS_H
@@ -37,7 +37,10 @@ typedef struct {
   int mla_splits;           /* the plan of the last attention launch */
   int mla_mt;               /* its head tile: m-tiles of 16 heads per CTA */
   size_t mla_need;          /* its workspace need */
-  int mla_kernel;           /* its kernel version: 1 = v1 (mma.sync), 2 = v2 (wgmma, rows as M), 3 = v3 (64 heads as M) */
+  int mla_kernel;           /* its kernel: a dsa_attention_kernel (kernels.h) */
+  int scores_kernel;        /* the last scores launch's dsa_scores_kernel */
+  int topk_kernel;          /* the last plain (non-deferred) top-k launch's dsa_topk_kernel */
+  int topk_cluster;         /* and its CTAs a row */
   int violations;
   char first_violation[512];
 } dsa_stub_state;

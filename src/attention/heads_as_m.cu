@@ -1,0 +1,728 @@
+/*
+ * attention/heads_as_m.cu — sparse MLA attention on Hopper tensor cores with the heads as M (64-head
+ * tiles), warp-specialised. The math: attention.cuh.
+ *
+ * One CTA = one token x 64 heads (heads past H are zero rows) x one split: the token's index entries
+ * in chunks of 64 rows, all of them, or below a wave of CTAs a contiguous share (splits = 2, 4, 8:
+ * the CTAs of a (token, group) form a cluster and merge their (m, l, O) through distributed shared
+ * memory in rank order, hm_merge_splits; no workspace).
+ *   qk_tile  S[64 heads, 64 rows] = Q[64, 576] . K^T      wgmma m64n64k16; A = Q (no swizzle), B = the
+ *                                                        tile (128-byte swizzle), both K-major
+ *   pv_tile  O[64, 512] += P[64, 64] . V[64, 512]         four m64n256k16 k-steps per warpgroup on
+ *                                                        its 256 output dims; A = P, B = the same tile
+ *                                                        read MN-major
+ * Roles (384 threads), each a phase below: warpgroup 0 (hm_consume_qk) runs QK, the online softmax,
+ * P to shared memory and PV for dims 0..255; warpgroup 1 (hm_consume_pv) runs PV for dims 256..511
+ * with the P and alpha warpgroup 0 publishes (named barriers hm_barrier, bar.sync on both sides);
+ * warpgroup 2 (hm_produce_bf16 / hm_produce_fp8) gathers rows into a two-tile full/empty mbarrier
+ * ring (common/mbar_ring.cuh). Both consumers first stage Q (hm_load_q). Registers (setmaxnreg):
+ * HM_REG_*.
+ * Gathers: the 8 lanes of a row cover one 128-byte line of it per instruction (whole L2 lines) and one
+ * swizzled 128-byte tile row (conflict-free stores).
+ *   bf16 KV   cp.async straight into the tile, up to two chunks in flight; a landed chunk is
+ *             published before the producer blocks on the next tile (mbarrier.test_wait first).
+ *   FP8 KV    the 512 e4m3 bytes of a row (four lines = its four scale groups) wait in registers one
+ *             chunk ahead; converted to f16 as e4m3 x f16(scale_g 2^-K_r) with K_r the largest binary
+ *             exponent of the row's scales (one rounding to 11 bits, values < 896); the rope (bf16)
+ *             lands by cp.async and is scaled by 2^-K_r in place (exact).
+ * Numerics, FP8: Q's latent dims are f16 and its rope dims bf16, both times 2^-e_h per head (e_h puts
+ * the head's largest |q| in [2^14, 2^15): exact for bf16 input); QK mixes f16 (latent) and bf16
+ * (rope) wgmmas into one fp32 accumulator; the score is S 2^e_h 2^K_r (powers of two); P goes to PV
+ * in f16 times 2^K_r. bf16 KV: everything bf16, rows exact. P is rounded to the 16-bit type, as in
+ * every tensor-core attention.
+ * Shared memory (hm_smem, 227 KiB: the limit): Q 72 KiB, two tiles of 72 KiB, P 8 KiB, per-chunk row
+ * slots and factors, the barriers. Everything is fixed-order: same input, same bits.
+ */
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <math.h>
+
+#include "attention/attention.cuh"
+#include "common/launch.cuh"
+#include "common/mbar_ring.cuh"
+#include "common/ptx/convert.cuh"
+#include "common/ptx/copy.cuh"
+#include "common/ptx/mma.cuh"
+#include "common/ptx/sync.cuh"
+#include "common/ptx/wgmma.cuh"
+#include "kernels.h"
+
+#define HM_THREADS 384 /* 2 consumer warpgroups + 1 producer warpgroup */
+#define HM_HEADS 64
+#define HM_ROWS 64
+#define HM_RG 9216 /* Q: one 8-head group of 576 dims = 72 core matrices of 128 B */
+#define HM_SEG 8192 /* tile: one 64-dim segment of 64 rows, 128-byte swizzle (8 atoms of 1 KB) */
+#define HM_TILE (9 * HM_SEG)
+#define HM_OST 520 /* O staging row stride (floats): a warp's float2 stores take the minimum 2 wavefronts */
+
+/* The shared-memory plan (the base aligned to 1 KB for the swizzle atoms). */
+typedef struct {
+  uint8_t q[8 * HM_RG];       /* Q: 8 groups of 8 heads x 72 core matrices (no swizzle) */
+  uint8_t tile[2][HM_TILE];   /* the ring's two tiles of 64 rows (128-byte swizzle); after the chunks,
+                                 the splits' unnormalised O, fp32 [64][HM_OST] */
+  uint8_t p[8 * 1024];        /* P [8 head groups][8 row blocks][128 B] */
+  int valid[2][HM_ROWS];      /* slot of each tile row, -1 = skipped */
+  float alpha[HM_HEADS];      /* per-head rescale of this chunk; with l, after the chunks: the splits' */
+  float l[HM_HEADS];          /*   (m, l) float2 [64]; l: the final sums */
+  float colf[2][HM_ROWS];     /* FP8: the rows' power-of-two factor 2^K */
+  float qexp[HM_HEADS];       /* FP8: the per-head q factor 2^e */
+  uint64_t bar_full[2], bar_empty[2];
+} hm_smem;
+#define HM_Q_OFF ((int)offsetof(hm_smem, q))
+#define HM_TILE_OFF ((int)offsetof(hm_smem, tile))
+#define HM_P_OFF ((int)offsetof(hm_smem, p))
+#define HM_VALID_OFF ((int)offsetof(hm_smem, valid))
+#define HM_ALPHA_OFF ((int)offsetof(hm_smem, alpha))
+#define HM_L_OFF ((int)offsetof(hm_smem, l))
+#define HM_COLF_OFF ((int)offsetof(hm_smem, colf))
+#define HM_QEXP_OFF ((int)offsetof(hm_smem, qexp))
+#define HM_BAR_OFF ((int)offsetof(hm_smem, bar_full))
+#define HM_ML_OFF HM_ALPHA_OFF /* splits, after the chunks: float2 [64] (m, l) over alpha and l */
+#define HM_OST_OFF HM_TILE_OFF /* splits, after the chunks: the O staging over the tiles */
+static_assert(HM_TILE_OFF % 1024 == 0, "swizzle atoms");
+static_assert(offsetof(hm_smem, bar_empty) == HM_BAR_OFF + 16, "empty barriers follow the full ones");
+static_assert(64 * HM_OST * 4 <= 2 * HM_TILE, "O staging fits in the tiles");
+#define HM_SMEM (sizeof(hm_smem) + 1024) /* + slack to align the base to 1 KB (swizzle atoms) */
+static_assert(HM_SMEM <= 227 * 1024, "shared memory");
+
+/* Named barriers (bar.sync ids; 0 is __syncthreads), all over the two consumer warpgroups. */
+enum hm_barrier {
+  HM_BAR_P_READY = 1,  /* warpgroup 0 has published P(c) and alpha(c) */
+  HM_BAR_P_FREE = 2,   /* warpgroup 1 is done with P(c) and alpha(c) */
+  HM_BAR_Q_LOADED = 3, /* Q staged (and the FP8 head factors) */
+  HM_BAR_EPILOGUE = 4  /* warpgroup 1 has read its last alpha: (m, l) and O may be written */
+};
+
+/* setmaxnreg per warpgroup (QK + softmax, PV only, producer): 128 x (sum) <= 384 x 168 = 64512 */
+#define HM_REG_QK(FP8) 208
+#define HM_REG_PV(FP8) ((FP8) ? 168 : 216)
+#define HM_REG_PRODUCER(FP8) ((FP8) ? 128 : 80)
+static_assert(HM_REG_QK(true) + HM_REG_PV(true) + HM_REG_PRODUCER(true) <= 504, "registers");
+static_assert(HM_REG_QK(false) + HM_REG_PV(false) + HM_REG_PRODUCER(false) <= 504, "registers");
+
+typedef struct {
+  mla_io io;              /* num_slots capped at 2^31 (mla_slots_cap) */
+  float scale_log2;       /* softmax_scale * log2(e) */
+  int topk, num_heads;
+  int num_groups;         /* ceil(H / 64): head groups per token */
+  int splits;             /* CTAs per (token, group), one cluster, each a contiguous share of the chunks */
+  int64_t token_offset;   /* first token of this launch (grids past 2^31 - 1 CTAs are cut) */
+} hm_params;
+
+/* Byte offset of 16-byte chunk `chunk` (0..71, 8 dims each) of tile row r: 128-byte swizzle. */
+__device__ __forceinline__ uint32_t hm_tile_off(int r, int chunk) {
+  return (uint32_t)((chunk >> 3) * HM_SEG + (r >> 3) * 1024 + (r & 7) * 128 + (((chunk & 7) ^ (r & 7)) << 4));
+}
+
+/* 16 e4m3 values x mult (f16x2, both halves the same) -> 16 f16 = two 16-byte chunks of a swizzled
+ * tile row, stored at addr + off_first and addr + off_second (the caller orders the two chunks so
+ * that the eight lanes of a row hit eight different 16-byte bank groups in each store). e4m3 -> f16
+ * is exact; the product is rounded once. */
+__device__ __forceinline__ void hm_store_fp8(uint32_t addr, uint32_t off_first, uint32_t off_second, bool odd_first,
+                                             uint4 v, uint32_t mult) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  uint32_t o[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    ptx_e4m3x4_to_f16x2x2(w[i], o[2 * i], o[2 * i + 1]);
+    o[2 * i] = ptx_mul_f16x2(o[2 * i], mult);
+    o[2 * i + 1] = ptx_mul_f16x2(o[2 * i + 1], mult);
+  }
+  ptx_st_shared_v4(addr + off_first, odd_first ? o[4] : o[0], odd_first ? o[5] : o[1], odd_first ? o[6] : o[2],
+                   odd_first ? o[7] : o[3]);
+  ptx_st_shared_v4(addr + off_second, odd_first ? o[0] : o[4], odd_first ? o[1] : o[5], odd_first ? o[2] : o[6],
+                   odd_first ? o[3] : o[7]);
+}
+
+/* What both consumer warpgroups share. */
+typedef struct {
+  uint32_t q_u32, tile_u32, p_u32;                       /* shared-window addresses */
+  mbar_ring ring;                                        /* the two tiles: full = rows landed, empty = both PVs done */
+  int *valid_s;                                          /* [2][64] slot of each tile row, -1 = skipped */
+  float *alpha_s, *l_s;                                  /* [64] per-head rescale of this chunk; final sums */
+  const float *colf_s, *qexp_s;                          /* FP8: [2][64] row factors, [64] head factors */
+  int n, head0, splits;                                  /* chunks; first head of this CTA; CTAs a cluster */
+  int64_t t;                                             /* token */
+} hm_ctx;
+
+/* The 16-bit type of the tile, Q and P: bf16 for bf16 KV (exact rows); for FP8 KV the latent dims
+ * and P are f16 (e4m3 x scale rounded once to 11 significant bits, 4x finer than bf16; ranges kept
+ * by power-of-two factors) and the rope dims stay bf16. */
+template <bool F16>
+__device__ __forceinline__ uint32_t hm_pack(float lo, float hi) {
+  return F16 ? ptx_f32x2_to_f16x2(lo, hi) : ptx_f32x2_to_bf16x2(lo, hi);
+}
+/* f16 is a constant once the caller's k loop is unrolled */
+__device__ __forceinline__ void hm_wgmma_n64(bool f16, float (&d)[32], uint64_t da, uint64_t db, int scale_d) {
+  if (f16) ptx_wgmma_m64n64k16_f16<0, 0>(d, da, db, scale_d);
+  else ptx_wgmma_m64n64k16_bf16<0, 0>(d, da, db, scale_d);
+}
+/* 2^e as a float, e clamped to the normal range */
+__device__ __forceinline__ float hm_pow2(int e) { return __int_as_float((min(max(e, -126), 127) + 127) << 23); }
+/* floor(log2(x)) of a positive normal float (0 and denormals: -127) */
+__device__ __forceinline__ int hm_ilogb(float x) { return ((__float_as_int(x) >> 23) & 0xFF) - 127; }
+
+/* pv_tile: O[64 heads, 256 dims of this warpgroup] += P[64, 64 rows] . V[64 rows, those dims]; the
+ * tile is read MN-major through the same 128-byte swizzle it was written with. */
+template <bool F16>
+__device__ __forceinline__ void hm_pv_issue(float (&o)[128], uint32_t p_u32, uint32_t kv_u32, int dbase) {
+  const uint64_t dp = ptx_wgmma_desc(p_u32, 128, 1024), dv = ptx_wgmma_desc_sw128(kv_u32 + (dbase / 64) * HM_SEG, HM_SEG, 1024);
+  ptx_reg_fence(o);
+  ptx_wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    if (F16) ptx_wgmma_m64n256k16_f16<0, 1>(o, dp + 16 * ks, dv + 128 * ks, 1);
+    else ptx_wgmma_m64n256k16_bf16<0, 1>(o, dp + 16 * ks, dv + 128 * ks, 1);
+  }
+  ptx_wgmma_commit();
+}
+
+__device__ __forceinline__ void hm_rescale(float (&o)[128], float a0, float a1) {
+  if (a0 != 1.f || a1 != 1.f) {
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      o[4 * j + 0] *= a0;
+      o[4 * j + 1] *= a0;
+      o[4 * j + 2] *= a1;
+      o[4 * j + 3] *= a1;
+    }
+  }
+}
+
+/* Normalised O half -> out (bf16), heads past H skipped. */
+__device__ __forceinline__ void hm_store_out(const hm_params &p, const hm_ctx &x, const float (&o)[128], int h0, int qd,
+                                             int dbase) {
+  const float L0 = x.l_s[h0], L1 = x.l_s[h0 + 8];
+  const float i0 = L0 > 0.f ? 1.f / L0 : 0.f, i1 = L1 > 0.f ? 1.f / L1 : 0.f;
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int h = x.head0 + h0 + 8 * hf;
+    if (h >= p.num_heads) continue;
+    const float inv = hf ? i1 : i0;
+    __nv_bfloat16 *dst = p.io.out + (x.t * p.num_heads + h) * MLA_V_DIM + dbase + 2 * qd;
+#pragma unroll
+    for (int j = 0; j < 32; ++j)
+      *(uint32_t *)(dst + 8 * j) = ptx_f32x2_to_bf16x2(o[4 * j + 2 * hf] * inv, o[4 * j + 2 * hf + 1] * inv);
+  }
+}
+
+/* Splits: this warpgroup's unnormalised O half to the staging area (the tiles, now free). */
+__device__ __forceinline__ void hm_stage_o(const hm_ctx &x, const float (&o)[128], int h0, int qd, int dbase) {
+  float *ost = (float *)__cvta_shared_to_generic(x.tile_u32); /* HM_OST_OFF */
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    *(float2 *)(ost + h0 * HM_OST + dbase + 8 * j + 2 * qd) = make_float2(o[4 * j], o[4 * j + 1]);
+    *(float2 *)(ost + (h0 + 8) * HM_OST + dbase + 8 * j + 2 * qd) = make_float2(o[4 * j + 2], o[4 * j + 3]);
+  }
+}
+
+/* Warpgroup 0: qk_tile, online_softmax, P to shared memory, PV for dims 0..255; the lse and the
+ * final sums for both warpgroups. Thread (w, lane) holds head rows h0 = 16w + lane/4 and h0 + 8. */
+template <bool FP8>
+__device__ __forceinline__ void hm_consume_qk(const hm_params &p, const hm_ctx &x, int w, int lane) {
+  const int g = lane >> 2, qd = lane & 3, h0 = 16 * w + g;
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+  const float qs0 = FP8 ? p.scale_log2 * x.qexp_s[h0] : 0.f, qs1 = FP8 ? p.scale_log2 * x.qexp_s[h0 + 8] : 0.f;
+  for (int c = 0; c < x.n; ++c) {
+    const int b = c & 1;
+    ring_wait_full<2>(x.ring, c);
+    const uint32_t kv_u32 = x.tile_u32 + b * HM_TILE;
+    /* ---- qk_tile: S[64 heads, 64 rows]; Q no-swizzle K-major, tile 128B-swizzle K-major; the
+     * descriptors advance by adding (byte offset >> 4) to the start-address field ---- */
+    float s[32];
+    const uint64_t dq = ptx_wgmma_desc(x.q_u32, 128, HM_RG), dk = ptx_wgmma_desc_sw128(kv_u32, 16, 1024);
+    ptx_wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < 36; ++k)
+      hm_wgmma_n64(FP8 && k < 32, s, dq + 16 * k, dk + (((k >> 2) * HM_SEG + (k & 3) * 32) >> 4), k > 0);
+    ptx_wgmma_commit();
+    ptx_wgmma_wait<0>();
+    ptx_reg_fence(s);
+    ptx_reg_fence(o);
+    /* ---- online_softmax: a head row lives in one lane quad ---- */
+    /* FP8: S = (Q 2^-e_h).(K 2^-K_r): the score is S 2^e_h 2^K_r, both powers of two (exact) */
+    const int *valid = x.valid_s + b * HM_ROWS;
+    const float *colf = x.colf_s + b * HM_ROWS;
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = 8 * j + 2 * qd + (e & 1);
+        const bool ok = valid[col] >= 0;
+        const float f = FP8 ? ((e & 2) ? qs1 : qs0) * colf[col] : p.scale_log2;
+        s[4 * j + e] = ok ? s[4 * j + e] * f : -INFINITY;
+        if (e < 2) mx0 = fmaxf(mx0, s[4 * j + e]);
+        else mx1 = fmaxf(mx1, s[4 * j + e]);
+      }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+    const float b0 = n0 == -INFINITY ? 0.f : n0, b1 = n1 == -INFINITY ? 0.f : n1;
+    const float a0 = ptx_ex2(m0 - b0), a1 = ptx_ex2(m1 - b1);
+    m0 = n0;
+    m1 = n1;
+    float ps0 = 0.f, ps1 = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[4 * j + e] = ptx_ex2(s[4 * j + e] - ((e & 2) ? b1 : b0));
+        if (e < 2) ps0 += s[4 * j + e];
+        else ps1 += s[4 * j + e];
+      }
+    l0 = l0 * a0 + ps0; /* quad-partial sums, reduced at the end */
+    l1 = l1 * a1 + ps1;
+    if (FP8) { /* PV reads rows scaled by 2^-K_r: P's column r takes 2^K_r (clamped to the f16 range) */
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[4 * j + e] = fminf(s[4 * j + e] * colf[8 * j + 2 * qd + (e & 1)], 65504.f);
+    }
+    /* ---- P (bf16) and alpha to shared memory, for both warpgroups' PV ---- */
+    if (c >= 1) ptx_bar_sync(HM_BAR_P_FREE, 256); /* warpgroup 1 is done with P(c-1) and alpha(c-1) */
+    {
+      const int mi = lane >> 3, ri = lane & 7;
+#pragma unroll
+      for (int jp = 0; jp < 4; ++jp) {
+        /* matrices: (heads 16w.., rows 16jp..), (heads 16w+8.., 16jp..), (16w.., 16jp+8..), (16w+8.., 16jp+8..) */
+        const uint32_t x0 = hm_pack<FP8>(s[8 * jp + 0], s[8 * jp + 1]);
+        const uint32_t x1 = hm_pack<FP8>(s[8 * jp + 2], s[8 * jp + 3]);
+        const uint32_t x2 = hm_pack<FP8>(s[8 * jp + 4], s[8 * jp + 5]);
+        const uint32_t x3 = hm_pack<FP8>(s[8 * jp + 6], s[8 * jp + 7]);
+        const uint32_t addr = x.p_u32 + (2 * w + (mi & 1)) * 1024 + (2 * jp + (mi >> 1)) * 128 + ri * 16;
+        ptx_stmatrix_x4(addr, x0, x1, x2, x3);
+      }
+    }
+    if (qd == 0) {
+      x.alpha_s[h0] = a0;
+      x.alpha_s[h0 + 8] = a1;
+    }
+    ptx_fence_proxy_async_smem();
+    ptx_bar_sync(HM_BAR_P_READY, 256); /* P(c), alpha(c) ready for both warpgroups' PV (warpgroup 1 is already waiting) */
+    hm_rescale(o, a0, a1);
+    hm_pv_issue<FP8>(o, x.p_u32, kv_u32, 0);
+    ptx_wgmma_wait<0>();
+    ptx_reg_fence(o);
+    ptx_mbar_arrive(ring_empty(x.ring, b));
+  }
+  ptx_griddep_launch_dependents();
+  /* ---- epilogue: quad sums -> l for both warpgroups, lse ---- */
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  if (x.splits > 1) { /* (m, l) and O to shared memory for the cluster merge (hm_merge_splits) */
+    ptx_bar_sync(HM_BAR_EPILOGUE, 256); /* warpgroup 1 has read its last alpha: (m, l) may overwrite it */
+    if (qd == 0) {
+      float2 *ml = (float2 *)x.alpha_s; /* HM_ML_OFF */
+      ml[h0] = make_float2(m0, l0);
+      ml[h0 + 8] = make_float2(m1, l1);
+    }
+    hm_stage_o(x, o, h0, qd, 0);
+    return;
+  }
+  if (qd == 0) {
+    x.l_s[h0] = l0;
+    x.l_s[h0 + 8] = l1;
+    const int H = p.num_heads;
+    if (p.io.lse) {
+      if (x.head0 + h0 < H) p.io.lse[x.t * H + x.head0 + h0] = mla_lse(m0, l0);
+      if (x.head0 + h0 + 8 < H)
+        p.io.lse[x.t * H + x.head0 + h0 + 8] = mla_lse(m1, l1);
+    }
+  }
+  ptx_bar_sync(HM_BAR_EPILOGUE, 256);
+  hm_store_out(p, x, o, h0, qd, 0);
+}
+
+/* Warpgroup 1: PV for dims 256..511 with the P and alpha warpgroup 0 publishes. */
+template <bool FP8>
+__device__ __forceinline__ void hm_consume_pv(const hm_params &p, const hm_ctx &x, int w, int lane) {
+  const int g = lane >> 2, qd = lane & 3, h0 = 16 * w + g;
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.f;
+  for (int c = 0; c < x.n; ++c) {
+    const int b = c & 1;
+    ring_wait_full<2>(x.ring, c);
+    ptx_bar_sync(HM_BAR_P_READY, 256);
+    hm_rescale(o, x.alpha_s[h0], x.alpha_s[h0 + 8]);
+    hm_pv_issue<FP8>(o, x.p_u32, x.tile_u32 + b * HM_TILE, 256);
+    ptx_wgmma_wait<0>();
+    ptx_reg_fence(o);
+    ptx_mbar_arrive(ring_empty(x.ring, b));
+    /* done with P(c) and alpha(c): warpgroup 0 may write the next ones (both sides bar.sync, so
+     * the hand-off is one a race checker can follow) */
+    if (c + 1 < x.n) ptx_bar_sync(HM_BAR_P_FREE, 256);
+  }
+  ptx_bar_sync(HM_BAR_EPILOGUE, 256);
+  if (x.splits > 1) hm_stage_o(x, o, h0, qd, 256);
+  else hm_store_out(p, x, o, h0, qd, 256);
+}
+
+/* Splits: merge the cluster's (m, l, O) through distributed shared memory, in rank order (the same
+ * bits whichever CTA computes them): rank r writes dims [r 512 / S, (r + 1) 512 / S) of every head of
+ * its group, and rank 0 the lse. A split without entries (l = 0) contributes nothing. Called by the
+ * 128 threads of warpgroup 0 between two cluster barriers. */
+template <int S>
+__device__ __forceinline__ void hm_merge_splits(const hm_params &p, uint32_t s_u32, int64_t t, int head0, int ctid) {
+  const int H = p.num_heads;
+  const uint32_t rank = ptx_cluster_ctarank();
+  constexpr int lq = 7 - (S == 8 ? 3 : S == 4 ? 2 : 1); /* log2 of the float4 columns a rank writes */
+  const int q4 = 1 << lq;
+#pragma unroll 4 /* several peers' round trips in flight a thread */
+  for (int u = ctid; u < (HM_HEADS << lq); u += 128) {
+    const int h = u >> lq, d = 4 * ((int)rank * q4 + (u & (q4 - 1)));
+    if (head0 + h >= H) continue;
+    float2 ml[S];
+    float4 ov[S];
+#pragma unroll
+    for (int r = 0; r < S; ++r) {
+      ml[r] = ptx_ld_cluster_f32x2(ptx_mapa(s_u32 + HM_ML_OFF + h * 8, r));
+      ov[r] = ptx_ld_cluster_f32x4(ptx_mapa(s_u32 + HM_OST_OFF + (h * HM_OST + d) * 4, r));
+    }
+    float M = -INFINITY;
+#pragma unroll
+    for (int r = 0; r < S; ++r)
+      if (ml[r].y > 0.f) M = fmaxf(M, ml[r].x);
+    float L = 0.f;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int r = 0; r < S; ++r)
+      if (ml[r].y > 0.f) {
+        const float wgt = ptx_ex2(ml[r].x - M);
+        L += wgt * ml[r].y;
+        acc.x += wgt * ov[r].x;
+        acc.y += wgt * ov[r].y;
+        acc.z += wgt * ov[r].z;
+        acc.w += wgt * ov[r].w;
+      }
+    const float inv = L > 0.f ? 1.f / L : 0.f;
+    uint2 packed;
+    packed.x = ptx_f32x2_to_bf16x2(acc.x * inv, acc.y * inv);
+    packed.y = ptx_f32x2_to_bf16x2(acc.z * inv, acc.w * inv);
+    *(uint2 *)(p.io.out + ((t * H + head0 + h) * MLA_V_DIM + d)) = packed;
+    if (p.io.lse && d == 0) p.io.lse[t * H + head0 + h] = mla_lse(M, L);
+  }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Producer (warpgroup 2): gather rows into the tile ring. The 8 lanes p of a row cover one 128-byte
+ * line of it per instruction (whole lines from L2) and one 128-byte swizzled tile row in shared
+ * memory (conflict-free). Warp w (0..3) owns rows 16w + 4q + r4 (q = 0..3) of every chunk.
+ */
+
+/* bf16 KV: cp.async, up to two chunks in flight. */
+__device__ __forceinline__ void hm_produce_bf16(const hm_params &p, const int32_t *idx_row, int end, int n,
+                                                uint32_t tile_u32, const mbar_ring &ring, int *valid_s, int w,
+                                                int lane) {
+  const int r4 = lane >> 3, pl = lane & 7;
+  int slot[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) slot[q] = mla_entry_slot(idx_row, 16 * w + 4 * q + r4, end, p.io.num_slots);
+  for (int c = 0; c < n; ++c) {
+    const int b = c & 1;
+    /* Chunk c-1 is published when it has landed: right after chunk c is issued if c's tile is
+     * already free (two chunks in flight), else before waiting for the tile, so that the
+     * consumers' next QK never waits on a tile they have yet to free. */
+    const bool tile_free = ring_test_empty<2>(ring, c);
+    bool published = c < 1;
+    if (!tile_free) {
+      ptx_cp_async_wait<0>();
+      ptx_fence_proxy_async_smem();
+      ptx_mbar_arrive(ring_full(ring, (c - 1) & 1));
+      published = true;
+      ring_wait_empty<2>(ring, c);
+    }
+    const uint32_t tile = tile_u32 + b * HM_TILE;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int r = 16 * w + 4 * q + r4;
+      slot[q] = mla_slot_checked(slot[q], p.io.num_slots); /* loaded an iteration ago */
+      if (pl == 0) valid_s[b * HM_ROWS + r] = slot[q];
+      const __nv_bfloat16 *src =
+          (const __nv_bfloat16 *)p.io.kv + (slot[q] >= 0 ? (int64_t)slot[q] * p.io.kv_stride : 0) + pl * 8;
+#pragma unroll
+      for (int kb = 0; kb < 9; ++kb)
+        ptx_cp_async_16(tile + hm_tile_off(r, 8 * kb + pl), src + 64 * kb, slot[q] >= 0 ? 16 : 0);
+    }
+    ptx_cp_async_commit();
+#pragma unroll
+    for (int q = 0; q < 4; ++q) slot[q] = mla_entry_raw(idx_row, (c + 1) * HM_ROWS + 16 * w + 4 * q + r4, end);
+    if (!published) { /* chunk c-1 has landed: publish it (chunk c stays in flight) */
+      ptx_cp_async_wait<1>();
+      ptx_fence_proxy_async_smem();
+      ptx_mbar_arrive(ring_full(ring, (c - 1) & 1));
+    }
+  }
+  if (n > 0) {
+    ptx_cp_async_wait<0>();
+    ptx_fence_proxy_async_smem();
+    ptx_mbar_arrive(ring_full(ring, (n - 1) & 1));
+  }
+}
+
+/* Packed FP8 KV. The 512 e4m3 bytes of a row are four 128-byte lines = its four scale groups; the
+ * next chunk's lines wait in registers (loaded as soon as this chunk's are converted) while the
+ * consumers work. The tile holds the latent dims in f16 and the rope dims in bf16, both times 2^-K_r. */
+__device__ __forceinline__ void hm_produce_fp8(const hm_params &p, const int32_t *idx_row, int end, int n,
+                                               uint32_t tile_u32, const mbar_ring &ring, int *valid_s, float *colf_s,
+                                               int w, int lane) {
+  const int r4 = lane >> 3, pl = lane & 7;
+  const uint8_t *kvb = (const uint8_t *)p.io.kv;
+  uint4 pay[4][4];
+  float sc[4]; /* lane p holds scale p & 3 of its row; shuffled to the row's lanes when used */
+  int slot[4], nslot[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    slot[q] = mla_entry_slot(idx_row, 16 * w + 4 * q + r4, end, p.io.num_slots);
+    const uint8_t *row = kvb + (int64_t)(slot[q] >= 0 ? slot[q] : 0) * MLA_FP8_SLOT_BYTES;
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      pay[q][j] = slot[q] >= 0 ? ptx_ld_nc_v4(row + 128 * j + 16 * pl) : make_uint4(0, 0, 0, 0);
+    sc[q] = slot[q] >= 0 ? __ldg((const float *)(row + MLA_FP8_SCALE_OFF) + (pl & 3)) : 0.f;
+    nslot[q] = mla_entry_raw(idx_row, HM_ROWS + 16 * w + 4 * q + r4, end);
+  }
+  for (int c = 0; c < n; ++c) {
+    const int b = c & 1;
+    ring_wait_empty<2>(ring, c);
+    const uint32_t tile = tile_u32 + b * HM_TILE;
+    /* rope (bf16) lands by cp.async while the e4m3 lines are converted; scaled by 2^-K_r in place below */
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint8_t *row = kvb + (int64_t)(slot[q] >= 0 ? slot[q] : 0) * MLA_FP8_SLOT_BYTES;
+      ptx_cp_async_16(tile + hm_tile_off(16 * w + 4 * q + r4, 64 + pl), row + MLA_FP8_ROPE_OFF + 16 * pl,
+                      slot[q] >= 0 ? 16 : 0);
+    }
+    ptx_cp_async_commit();
+    uint32_t fq[4]; /* 2^-K_r of each of this lane's rows, bf16x2 */
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int r = 16 * w + 4 * q + r4;
+      /* K_r = the largest binary exponent of the row's four scales: group g is stored as
+       * e4m3 x f16(scale_g 2^-K_r) (a multiplier below 2, values below 896), the rope as
+       * bf16 x 2^-K_r (exact), and 2^K_r goes to the consumers for the score and P */
+      int K = hm_ilogb(sc[q]);
+      K = max(K, __shfl_xor_sync(0xffffffffu, K, 1));
+      K = max(K, __shfl_xor_sync(0xffffffffu, K, 2));
+      K = min(max(K, -100), 100);
+      const float f = hm_pow2(-K);
+      fq[q] = ptx_f32x2_to_bf16x2(f, f);
+      const uint32_t mult_mine = ptx_f32x2_to_f16x2(sc[q] * f, sc[q] * f);
+      if (pl == 0) {
+        valid_s[b * HM_ROWS + r] = slot[q];
+        colf_s[b * HM_ROWS + r] = hm_pow2(K);
+      }
+      /* row r = 16w + 4q + r4: (r >> 3) * 1024 + (r & 7) * 128 = 2048w + 512q + 128 r4; the 16 dims
+       * of line j sit in segment 2j + (p >> 2), chunks 2(p & 3) and 2(p & 3) + 1, swizzled by r & 7 */
+      const uint32_t addr = tile + 2048 * w + 512 * q + 128 * r4 + (pl >> 2) * HM_SEG;
+      const uint32_t r7 = (uint32_t)(4 * (q & 1) + r4), ce = (uint32_t)(2 * (pl & 3));
+      const uint32_t off_e = ((ce ^ r7) << 4), off_o = (((ce + 1) ^ r7) << 4);
+      const bool odd_first = pl >= 4;
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        hm_store_fp8(addr + 2 * j * HM_SEG, odd_first ? off_o : off_e, odd_first ? off_e : off_o, odd_first, pay[q][j],
+                     __shfl_sync(0xffffffffu, mult_mine, (lane & 0x18) | j));
+      /* this row's registers are free: load the next chunk's row */
+      nslot[q] = mla_slot_checked(nslot[q], p.io.num_slots); /* loaded an iteration ago */
+      const uint8_t *nrow = kvb + (int64_t)(nslot[q] >= 0 ? nslot[q] : 0) * MLA_FP8_SLOT_BYTES;
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        pay[q][j] = nslot[q] >= 0 ? ptx_ld_nc_v4(nrow + 128 * j + 16 * pl) : make_uint4(0, 0, 0, 0);
+      sc[q] = nslot[q] >= 0 ? __ldg((const float *)(nrow + MLA_FP8_SCALE_OFF) + (pl & 3)) : 0.f;
+      slot[q] = nslot[q];
+      nslot[q] = mla_entry_raw(idx_row, (c + 2) * HM_ROWS + 16 * w + 4 * q + r4, end); /* checked when used */
+    }
+    ptx_cp_async_wait<0>();
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint32_t a = tile + hm_tile_off(16 * w + 4 * q + r4, 64 + pl);
+      const uint4 v = ptx_ld_shared_v4(a); /* bf16 x 2^-K_r: exact */
+      ptx_st_shared_v4(a, ptx_mul_bf16x2(v.x, fq[q]), ptx_mul_bf16x2(v.y, fq[q]), ptx_mul_bf16x2(v.z, fq[q]),
+                       ptx_mul_bf16x2(v.w, fq[q]));
+    }
+    ptx_fence_proxy_async_smem();
+    ptx_mbar_arrive(ring_full(ring, b));
+  }
+}
+
+/* Consumers (both warpgroups): Q, 64 heads x 72 chunks of 16 B (no swizzle), rows past H zero. FP8 KV:
+ * Q times 2^-e_h, e_h putting the head's largest value in [2^14, 2^15): latent dims in f16 (exact for
+ * bf16 input in range), rope dims bf16 (as the tile's rope); 2^e_h to qexp_s. */
+template <bool FP8>
+__device__ __forceinline__ void hm_load_q(const hm_params &p, uint8_t *smem, float *qexp_s, int64_t t, int head0,
+                                          int warp, int lane) {
+  const int H = p.num_heads;
+  for (int hh = warp; hh < HM_HEADS; hh += 8) {
+    const int h = head0 + hh;
+    uint4 v[3];
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 3; ++i) {
+      const int c = lane + 32 * i;
+      v[i] = make_uint4(0, 0, 0, 0);
+      if (h < H && c < 72) v[i] = *(const uint4 *)(p.io.q + ((t * H + h) * MLA_QK_DIM + c * 8));
+      if (FP8) {
+        const uint32_t u[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          amax = fmaxf(amax, fmaxf(fabsf(__uint_as_float(u[k] << 16)), fabsf(__uint_as_float(u[k] & 0xFFFF0000u))));
+      }
+    }
+    if (FP8) {
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+      const int e = amax > 0.f ? max(min(hm_ilogb(amax) - 14, 100), -100) : 0;
+      const float f = hm_pow2(-e);
+#pragma unroll
+      for (int i = 0; i < 3; ++i) {
+        const uint32_t u[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+        uint32_t r[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const float lo = __uint_as_float(u[k] << 16) * f, hi = __uint_as_float(u[k] & 0xFFFF0000u) * f;
+          r[k] = lane + 32 * i < 64 ? ptx_f32x2_to_f16x2(lo, hi) : ptx_f32x2_to_bf16x2(lo, hi); /* rope: bf16 */
+        }
+        v[i] = make_uint4(r[0], r[1], r[2], r[3]);
+      }
+      if (lane == 0) qexp_s[hh] = hm_pow2(e);
+    }
+#pragma unroll
+    for (int i = 0; i < 3; ++i) {
+      const int c = lane + 32 * i;
+      if (c < 72) *(uint4 *)(smem + HM_Q_OFF + (hh >> 3) * HM_RG + c * 128 + (hh & 7) * 16) = v[i];
+    }
+  }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The kernel. Grid: tokens x groups x splits CTAs (split fastest: a cluster is one (token, group)).
+ */
+template <bool FP8>
+__global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_params p) {
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t raw_u32 = ptx_smem_u32(smem_raw);
+  const uint32_t s_u32 = (raw_u32 + 1023u) & ~1023u;
+  uint8_t *smem = smem_raw + (s_u32 - raw_u32);
+  const uint32_t q_u32 = s_u32 + HM_Q_OFF, tile_u32 = s_u32 + HM_TILE_OFF, p_u32 = s_u32 + HM_P_OFF;
+  int *valid_s = (int *)(smem + HM_VALID_OFF);
+  float *alpha_s = (float *)(smem + HM_ALPHA_OFF);
+  float *l_s = (float *)(smem + HM_L_OFF);
+  float *colf_s = (float *)(smem + HM_COLF_OFF), *qexp_s = (float *)(smem + HM_QEXP_OFF);
+  mbar_ring ring;
+  ring.full = s_u32 + HM_BAR_OFF;
+  ring.empty = ring.full + 16;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int split = (int)(blockIdx.x % p.splits); /* = the rank in the cluster */
+  const int64_t unit = blockIdx.x / p.splits;
+  const int group = (int)(unit % p.num_groups);
+  const int64_t t = p.token_offset + unit / p.num_groups;
+  const int head0 = group * HM_HEADS;
+
+  if (tid == 0) ring_init(ring, 2, 128, 256);
+  __syncthreads();
+  ptx_griddep_wait();
+
+  int end = p.topk;
+  if (p.io.lens) end = min(end, max(__ldg(p.io.lens + t), 0));
+  const int n_all = end > 0 ? (end + HM_ROWS - 1) / HM_ROWS : 0;
+  /* this split's chunks: [c0, c0 + n) of the token's n_all; entries counted from c0's first */
+  const int per = (n_all + p.splits - 1) / p.splits, c0 = split * per;
+  const int n = max(0, min(per, n_all - c0));
+  end = min(end - c0 * HM_ROWS, n * HM_ROWS);
+  const int32_t *idx_row = p.io.indices + t * p.io.indices_stride + (int64_t)c0 * HM_ROWS;
+
+  if (warp >= 8) {
+    const int w = warp - 8;
+    if (!FP8) {
+      ptx_setmaxnreg_dec<HM_REG_PRODUCER(false)>();
+      hm_produce_bf16(p, idx_row, end, n, tile_u32, ring, valid_s, w, lane);
+    } else {
+      ptx_setmaxnreg_dec<HM_REG_PRODUCER(true)>();
+      hm_produce_fp8(p, idx_row, end, n, tile_u32, ring, valid_s, colf_s, w, lane);
+    }
+    if (p.splits > 1) { /* the merge's two cluster barriers count every thread */
+      ptx_cluster_sync();
+      ptx_cluster_sync();
+    }
+    return;
+  }
+
+  const int cw = warp >> 2;
+  hm_load_q<FP8>(p, smem, qexp_s, t, head0, warp, lane);
+  ptx_fence_proxy_async_smem();
+  ptx_bar_sync(HM_BAR_Q_LOADED, 256);
+  hm_ctx x;
+  x.q_u32 = q_u32;
+  x.tile_u32 = tile_u32;
+  x.p_u32 = p_u32;
+  x.ring = ring;
+  x.valid_s = valid_s;
+  x.alpha_s = alpha_s;
+  x.l_s = l_s;
+  x.colf_s = colf_s;
+  x.qexp_s = qexp_s;
+  x.n = n;
+  x.head0 = head0;
+  x.splits = p.splits;
+  x.t = t;
+  if (cw == 0) {
+    ptx_setmaxnreg_inc<HM_REG_QK(FP8)>(); /* O half, S and the softmax */
+    hm_consume_qk<FP8>(p, x, warp & 3, lane);
+    if (p.splits > 1) { /* warpgroup 0 merges; warpgroup 1 only joins the cluster barriers */
+      ptx_cluster_sync(); /* every CTA of the (token, group) has its (m, l, O) staged */
+      if (p.splits == 2) hm_merge_splits<2>(p, s_u32, t, head0, tid);
+      else if (p.splits == 4) hm_merge_splits<4>(p, s_u32, t, head0, tid);
+      else hm_merge_splits<8>(p, s_u32, t, head0, tid);
+      ptx_cluster_sync(); /* peers may still read this CTA's staging */
+    }
+  } else {
+    if (HM_REG_PV(FP8) > 168) ptx_setmaxnreg_inc<(HM_REG_PV(FP8) > 168 ? HM_REG_PV(FP8) : 168)>();
+    hm_consume_pv<FP8>(p, x, warp & 3, lane);
+    if (p.splits > 1) {
+      ptx_cluster_sync();
+      ptx_cluster_sync();
+    }
+  }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Host side.
+ */
+template <bool FP8>
+static cudaError_t hm_launch(hm_params prm, int64_t num_tokens, cudaStream_t stream) {
+  static dsa_smem_cache cache;
+  const int64_t per_token = (int64_t)prm.num_groups * prm.splits;
+  return mla_launch_tokens(num_tokens, per_token, [&](int64_t t0, int64_t nt) {
+    prm.token_offset = t0;
+    /* the splits of a (token, group) are adjacent CTAs: one cluster */
+    return dsa_launch_smem_cluster(hm_attention_kernel<FP8>, &cache, dim3((unsigned)(nt * per_token)), HM_THREADS,
+                                   HM_SMEM, stream, true, prm.splits > 1 ? (unsigned)prm.splits : 0u, prm);
+  });
+}
+
+extern "C" int dsa_attention_heads_as_m_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl,
+                                               cudaStream_t stream) {
+  if (a->num_tokens <= 0) return 0;
+  hm_params prm;
+  prm.io = mla_io_of(a);
+  prm.io.num_slots = mla_slots_cap(a->num_slots);
+  prm.scale_log2 = mla_scale_log2(a);
+  prm.topk = a->topk;
+  prm.num_heads = a->num_heads;
+  prm.num_groups = pl->groups;
+  prm.splits = pl->splits;
+  prm.token_offset = 0;
+  const cudaError_t err = a->kv_format == DSA_KV_FP8_PACKED ? hm_launch<true>(prm, a->num_tokens, stream)
+                                                            : hm_launch<false>(prm, a->num_tokens, stream);
+  return (int)err;
+}

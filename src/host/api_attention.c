@@ -1,0 +1,74 @@
+/*
+ * host/api_attention.c — dsa_sparse_mla and its workspace size: checks, the kernel from the attention
+ * choice table (host/choose.c), its plan (host/plan.c), one dispatch (attention/dispatch.cu).
+ */
+#include "dsa.h"
+
+#include <math.h>
+
+#include "host/check.h"
+#include "host/choose.h"
+#include "host/plan.h"
+#include "kernels.h"
+
+static dsa_status check_mla(const char *fn, const dsa_sparse_mla_args *a, int need_data) {
+  if (!a) return dsa_fail(DSA_ERR_NULL_POINTER, "%s: args is NULL", fn);
+  if (a->num_tokens < 0) return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: num_tokens = %d < 0", fn, a->num_tokens);
+  if (a->num_heads < 1 || a->num_heads > DSA_MAX_ATTN_HEADS)
+    return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: num_heads = %d (must be 1..%d)", fn, a->num_heads,
+                DSA_MAX_ATTN_HEADS);
+  CHECK(check_topk(fn, a->topk));
+  if (a->indices_stride < a->topk)
+    return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: indices_stride = %lld < topk = %d", fn,
+                (long long)a->indices_stride, a->topk);
+  if (a->kv_format != DSA_KV_BF16 && a->kv_format != DSA_KV_FP8_PACKED)
+    return dsa_fail(DSA_ERR_UNSUPPORTED, "%s: kv_format = %d (bf16 or packed fp8)", fn, (int)a->kv_format);
+  if (a->num_slots < 0) return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: num_slots = %lld < 0", fn, (long long)a->num_slots);
+  if (a->kv_format == DSA_KV_BF16 && (a->kv_stride < DSA_MLA_QK_DIM || a->kv_stride % 8))
+    return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: kv_stride = %lld (bf16 rows need >= 576, a multiple of 8)", fn,
+                (long long)a->kv_stride);
+  if (!isfinite(a->softmax_scale)) return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: softmax_scale is not finite", fn);
+  if (!need_data || a->num_tokens == 0) return DSA_OK;
+  NEED_PTR(a->q, "q");
+  NEED_PTR(a->kv_cache, "kv_cache");
+  NEED_PTR(a->indices, "indices");
+  NEED_PTR(a->out, "out");
+  NEED_ALIGNED(a->q, 16, "q");
+  NEED_ALIGNED(a->kv_cache, 16, "kv_cache");
+  NEED_ALIGNED(a->out, 16, "out");
+  NEED_ALIGNED(a->indices, 4, "indices");
+  NEED_ALIGNED(a->lens, 4, "lens");
+  NEED_ALIGNED(a->lse, 4, "lse");
+  const int64_t rows = (int64_t)a->num_tokens * a->num_heads;
+  CHECK(check_array(fn, "q", a->q, rows * DSA_MLA_QK_DIM, 2));
+  if (a->kv_format == DSA_KV_BF16)
+    CHECK(check_extent(fn, "kv_cache", a->kv_cache, a->num_slots, a->kv_stride, DSA_MLA_QK_DIM, 2));
+  else
+    CHECK(check_array(fn, "kv_cache", a->kv_cache, a->num_slots, DSA_MLA_FP8_SLOT_BYTES));
+  CHECK(check_extent(fn, "indices", a->indices, a->num_tokens, a->indices_stride, a->topk, 4));
+  if (a->lens) CHECK(check_array(fn, "lens", a->lens, a->num_tokens, 4));
+  CHECK(check_array(fn, "out", a->out, rows * DSA_MLA_V_DIM, 2));
+  if (a->lse) CHECK(check_array(fn, "lse", a->lse, rows, 4));
+  return DSA_OK;
+}
+
+dsa_status dsa_sparse_mla_workspace_size(const dsa_sparse_mla_args *a, size_t *bytes) {
+  const char *fn = "dsa_sparse_mla_workspace_size";
+  if (!bytes) return dsa_fail(DSA_ERR_NULL_POINTER, "%s: bytes is NULL", fn);
+  CHECK(check_mla(fn, a, 0));
+  *bytes = dsa_plan_attention_workspace_bound(a);
+  return DSA_OK;
+}
+
+dsa_status dsa_sparse_mla(const dsa_sparse_mla_args *a, void *ws, size_t ws_bytes, cudaStream_t stream) {
+  const char *fn = "dsa_sparse_mla";
+  CHECK(check_mla(fn, a, 1));
+  if (a->num_tokens == 0) return DSA_OK;
+  /* Checked against the size the query reports (every device's plan fits it). */
+  CHECK(check_workspace(fn, ws, ws_bytes, dsa_plan_attention_workspace_bound(a)));
+  CHECK(dsa_choose_ready(fn));
+  int sms = 0;
+  CHECK(dsa_need_device(fn, &sms));
+  const dsa_attention_plan plan = dsa_plan_attention(a, sms, dsa_choose_attention(a, sms));
+  return dsa_cuda_status(fn, dsa_attention_launch(a, &plan, ws, stream));
+}

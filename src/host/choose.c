@@ -1,0 +1,213 @@
+/*
+ * host/choose.c — the kernel choice tables, one function a stage, and the DSA_KERNEL override
+ * (host/choose.h). The only place the library reads the environment. Each row of a table carries the
+ * H200 measurement that put it there (docs/PERF.md has the runs); the kernels' own files say how
+ * they work. A dispatch file may still leave its table's kernel where the device refuses it (a
+ * cluster it cannot form, a tensor map the driver does not make): attention/dispatch.cu,
+ * topk/dispatch.cu, indexer/dispatch.cu say what runs then.
+ */
+#include "host/choose.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "host/status.h"
+
+/* ---- the override ---------------------------------------------------------------------------- */
+
+typedef struct {
+  int scores, topk, attention; /* a dsa_*_kernel, 0 = the table's choice */
+  char error[256];             /* non-empty: DSA_KERNEL did not parse */
+} kernel_override;
+
+typedef struct {
+  const char *name;
+  int kernel;
+} kernel_name;
+static const kernel_name k_scores_names[] = {
+    {"mma", DSA_SCORES_MMA}, {"wgmma", DSA_SCORES_WGMMA}, {"wgmma_tma", DSA_SCORES_WGMMA_TMA}, {NULL, 0}};
+static const kernel_name k_topk_names[] = {
+    {"registers", DSA_TOPK_REGISTERS}, {"slices", DSA_TOPK_SLICES}, {"chain", DSA_TOPK_CHAIN}, {NULL, 0}};
+static const kernel_name k_attention_names[] = {
+    {"mma_split", DSA_ATTN_MMA_SPLIT}, {"rows_as_m", DSA_ATTN_ROWS_AS_M}, {"heads_as_m", DSA_ATTN_HEADS_AS_M},
+    {NULL, 0}};
+
+static void list_names(const kernel_name *names, char *out, size_t n) {
+  out[0] = 0;
+  for (const kernel_name *k = names; k->name; ++k)
+    snprintf(out + strlen(out), n - strlen(out), "%s%s", k == names ? "" : " | ", k->name);
+}
+
+/* "stage:kernel[,stage:kernel...]", spaces around the parts ignored. */
+static void parse_override(const char *spec, kernel_override *o) {
+  memset(o, 0, sizeof *o);
+  if (!spec) return;
+  char buf[256];
+  if (strlen(spec) >= sizeof buf) {
+    snprintf(o->error, sizeof o->error, "DSA_KERNEL is %zu characters long (at most %zu)", strlen(spec),
+             sizeof buf - 1);
+    return;
+  }
+  strcpy(buf, spec);
+  for (char *part = strtok(buf, ","); part; part = strtok(NULL, ",")) {
+    while (*part == ' ') ++part;
+    size_t len = strlen(part);
+    while (len > 0 && part[len - 1] == ' ') part[--len] = 0;
+    if (len == 0) continue;
+    char *colon = strchr(part, ':');
+    const char *stage = part, *kernel = colon ? colon + 1 : "";
+    if (colon) *colon = 0;
+    const kernel_name *names = NULL;
+    int *slot = NULL;
+    if (strcmp(stage, "scores") == 0) names = k_scores_names, slot = &o->scores;
+    else if (strcmp(stage, "topk") == 0) names = k_topk_names, slot = &o->topk;
+    else if (strcmp(stage, "attention") == 0) names = k_attention_names, slot = &o->attention;
+    if (!names) {
+      snprintf(o->error, sizeof o->error, "DSA_KERNEL=\"%s\": unknown stage \"%s\" (scores, topk or attention)", spec,
+               stage);
+      return;
+    }
+    for (const kernel_name *k = names; k->name; ++k)
+      if (strcmp(kernel, k->name) == 0) *slot = k->kernel;
+    if (*slot == 0) {
+      char list[96];
+      list_names(names, list, sizeof list);
+      snprintf(o->error, sizeof o->error, "DSA_KERNEL=\"%s\": %s has no kernel \"%s\" (%s)", spec, stage, kernel, list);
+      return;
+    }
+  }
+}
+
+/* Parsed once, on first use, whichever thread gets there first (the others wait: microseconds). */
+static kernel_override g_override;
+static _Atomic int g_override_state; /* 0 not parsed, 1 parsing, 2 ready */
+
+static const kernel_override *override_get(void) {
+  if (atomic_load_explicit(&g_override_state, memory_order_acquire) == 2) return &g_override;
+  int expected = 0;
+  if (atomic_compare_exchange_strong(&g_override_state, &expected, 1)) {
+    parse_override(getenv("DSA_KERNEL"), &g_override);
+    atomic_store_explicit(&g_override_state, 2, memory_order_release);
+  } else {
+    while (atomic_load_explicit(&g_override_state, memory_order_acquire) != 2) {
+    }
+  }
+  return &g_override;
+}
+
+void dsa_choose_override(const char *spec) {
+  parse_override(spec, &g_override);
+  atomic_store_explicit(&g_override_state, 2, memory_order_release);
+}
+
+dsa_status dsa_choose_ready(const char *fn) {
+  const kernel_override *o = override_get();
+  return o->error[0] ? dsa_fail(DSA_ERR_INVALID_VALUE, "%s: %s", fn, o->error) : DSA_OK;
+}
+
+/* ---- stage 1: indexer scores ----------------------------------------------------------------- */
+
+void dsa_choose_scores(dsa_scores_params *p) {
+  const int forced = override_get()->scores;
+  const int fp8_q = p->q.q_dtype == DSA_DTYPE_FP8_E4M3;
+  const int decode = p->rows.mode == DSA_ROWS_DECODE;
+  /* TMA moves a 64-key page with one tensor copy: FP8 q (e4m3 wgmma straight on the page), decode,
+   * page size 64, a page count the tensor map takes */
+  const int tma = fp8_q && decode && p->cache.page_size == 64 && p->cache.num_pages > 0 &&
+                  p->cache.num_pages < 0x7fffffffLL;
+  /* wgmma's bf16-q (f16) path stages q as 256-byte rows: a decode group of more than 256 (token,
+   * head) rows (q_len_per_req 5..8 at 64 heads) does not fit beside its ring */
+  const int hp = p->q.num_heads <= 32 ? 32 : 64;
+  const int wgmma = fp8_q || !decode || p->rows.q_len_per_req * hp <= 256;
+  p->fallback = DSA_SCORES_MMA;
+  if (forced == DSA_SCORES_MMA) {
+    p->kernel = DSA_SCORES_MMA;
+  } else if (forced == DSA_SCORES_WGMMA || forced == DSA_SCORES_WGMMA_TMA) {
+    p->kernel = forced == DSA_SCORES_WGMMA_TMA && tma ? DSA_SCORES_WGMMA_TMA : wgmma ? DSA_SCORES_WGMMA : DSA_SCORES_MMA;
+    p->fallback = DSA_SCORES_WGMMA; /* forced TMA without a tensor map: the same kernel, cp.async */
+  } else if (!decode) {
+    /* prefill: wgmma. 64 tokens at 1M / 128k: FP8 q 0.72 / 0.114 ms against mma's 1.96 / 0.34;
+     * bf16 q (f16 wgmma, keys converted exactly) 1.29 / 0.250 against 1.96 / 0.341 */
+    p->kernel = DSA_SCORES_WGMMA;
+  } else if (tma) {
+    /* FP8-q decode, 64-key pages: wgmma with TMA pages. 1 token at 8k / 128k / 1M 6.8 / 10.0 / 43.4
+     * us against mma's 8.0 / 14.7 / 61.5; B = 256 x 8k 86.6 against 107.1; MTP 4 at 128k 16.1
+     * against 46.5 (if the driver gives no tensor map: mma, as for other page sizes) */
+    p->kernel = DSA_SCORES_WGMMA_TMA;
+  } else {
+    /* bf16-q decode and other page sizes: mma (f16 mma.sync, keys converted in registers) */
+    p->kernel = DSA_SCORES_MMA;
+  }
+}
+
+/* ---- stage 2: top-k -------------------------------------------------------------------------- */
+
+void dsa_choose_topk(dsa_topk_params *p) {
+  const int forced = override_get()->topk;
+  const int rows = p->num_tokens, max_len = p->rows.max_len;
+  const int sms = p->num_sms > 0 ? p->num_sms : 132;
+  p->cluster = 1;
+  /* no score to read (every row selects all it sees): slices, one CTA a row */
+  if (max_len <= p->topk) {
+    p->kernel = DSA_TOPK_SLICES;
+    return;
+  }
+  if (forced == DSA_TOPK_CHAIN) {
+    p->kernel = DSA_TOPK_CHAIN;
+    return;
+  }
+  /* rows up to 16,384, at most one an SM: registers (one 1,024-thread CTA a row). Decode 8k 10.9
+   * us against 12.9 on slices, serving 64 x 8k 13.0 against 19.3; past a wave it loses (256 x 8k
+   * 25.0 against 21.4) */
+  if (max_len <= DSA_TOPK_REGISTERS_MAX_LEN && forced != DSA_TOPK_SLICES &&
+      (rows <= sms || forced == DSA_TOPK_REGISTERS)) {
+    p->kernel = DSA_TOPK_REGISTERS;
+    return;
+  }
+  /* few long rows (rows x C <= SMs): slices, a cluster of C CTAs a row, C the fewest powers of two
+   * giving slices of <= 16,384 (up to 8). Clusters in waves lose (prefill 64 x 128k: 57 us at one
+   * wave, 128 at two; the chain 58) */
+  int C = 1;
+  while (C < DSA_TOPK_MAX_CLUSTER && (max_len + C - 1) / C > DSA_TOPK_SLICE_MAX) C *= 2;
+  if ((max_len + C - 1) / C <= DSA_TOPK_SLICE_MAX && (int64_t)rows * C <= (int64_t)sms) {
+    p->kernel = DSA_TOPK_SLICES;
+    p->cluster = C;
+    return;
+  }
+  /* rows up to 40,960 (a row in one CTA's shared memory), however many: slices, one CTA a row */
+  if (max_len <= DSA_TOPK_ONE_CTA_MAX_LEN) {
+    p->kernel = DSA_TOPK_SLICES;
+    return;
+  }
+  /* many long rows: the chain (memset, histogram, filter, resolve; scores read twice) */
+  p->kernel = DSA_TOPK_CHAIN;
+}
+
+/* ---- stage 3: sparse MLA attention ----------------------------------------------------------- */
+
+/* heads_as_m (64 heads a CTA, split over a cluster below a wave) runs for more than 32 heads once
+ * tokens x ceil(heads / 64) >= 8 units: 8 such units (a cluster of 8 each) beat mma_split at 64
+ * heads (28 against 32 us), fewer lost to it; below 33 heads its 64-head tile is mostly padding */
+#define HEADS_AS_M_MIN_HEADS 33
+#define HEADS_AS_M_MIN_UNITS 8
+
+int dsa_choose_attention(const dsa_sparse_mla_args *a, int num_sms) {
+  const int forced = override_get()->attention;
+  if (forced) return forced;
+  if (num_sms < 1) num_sms = 1;
+  /* heads_as_m: decode 128 x 128 heads FP8 221.6 us (mma_split 514), 256 x 64 233.6; prefill
+   * 4096 x 128 heads 6.34 ms (mma_split 15.5) */
+  const int64_t units = (int64_t)a->num_tokens * ((a->num_heads + 63) / 64);
+  if (a->num_heads >= HEADS_AS_M_MIN_HEADS && units >= HEADS_AS_M_MIN_UNITS) return DSA_ATTN_HEADS_AS_M;
+  /* rows_as_m: packed FP8 KV, <= 64 heads, from 32 tokens while its CTAs (32 heads each) make at
+   * most two waves: 64 x 16 heads 55.1 us (bf16 KV on mma_split: 71.3) */
+  const int64_t groups = (a->num_heads + 31) / 32;
+  if (a->kv_format == DSA_KV_FP8_PACKED && a->num_heads <= 64 && a->num_tokens >= 32 &&
+      (int64_t)a->num_tokens * groups <= 2 * (int64_t)num_sms)
+    return DSA_ATTN_ROWS_AS_M;
+  /* mma_split: one token and small batches (decode 1 token x 16 / 64 / 128 heads 11.4 / 13.6 /
+   * 17.2 us, the index list split over CTAs and combined) */
+  return DSA_ATTN_MMA_SPLIT;
+}

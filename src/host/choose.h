@@ -1,0 +1,41 @@
+/*
+ * host/choose.h — which kernel runs a launch: one choice table per stage (host/choose.c), each the
+ * shape -> kernel rule in one function with the H200 measurement behind every row, and the one
+ * override, DSA_KERNEL, read from the environment once per process:
+ *
+ *   DSA_KERNEL=scores:mma,topk:chain,attention:heads_as_m    (any subset of the stages, any order)
+ *     scores     mma | wgmma | wgmma_tma
+ *     topk       registers | slices | chain
+ *     attention  mma_split | rows_as_m | heads_as_m
+ *
+ * A forced kernel runs wherever it can take the shape; elsewhere the stage's table decides as if
+ * nothing were forced (the table says where). A malformed value fails every call that launches a
+ * stage's kernel with DSA_ERR_INVALID_VALUE naming it (dsa_choose_ready); nothing runs on a guess.
+ */
+#ifndef DSA_CHOOSE_H
+#define DSA_CHOOSE_H
+
+#include "dsa.h"
+#include "kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* DSA_OK when the override (if any) parsed; else its message for call fn. */
+dsa_status dsa_choose_ready(const char *fn);
+
+/* Stage 1, indexer scores: p->kernel (and p->fallback) for a scoring launch (q, cache, rows set). */
+void dsa_choose_scores(dsa_scores_params *p);
+/* Stage 2, top-k: p->kernel and p->cluster for a launch's rows (rows, num_tokens, topk, num_sms set). */
+void dsa_choose_topk(dsa_topk_params *p);
+/* Stage 3, attention: the kernel (dsa_attention_kernel) for a call on a device of num_sms SMs. */
+int dsa_choose_attention(const dsa_sparse_mla_args *a, int num_sms);
+
+/* Tests: parse spec as if it were DSA_KERNEL (NULL: none) and use it from now on in this process. */
+void dsa_choose_override(const char *spec);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DSA_CHOOSE_H */

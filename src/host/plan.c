@@ -1,0 +1,277 @@
+/*
+ * host/plan.c — all of the library's planning (host/plan.h), no CUDA: the indexer's tokens per launch
+ * and workspace, the top-k scratch layout, the attention split plans.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "common/layout.h"
+#include "kernels.h"
+
+static size_t round256(size_t b) { return (b + 255) & ~(size_t)255; }
+
+/* ---- indexer ---- */
+
+/* The most tokens (a multiple of `multiple`, at most `limit`) whose `row_bytes` each fit `budget`
+ * bytes beside `fixed` bytes, rounded to 256 bytes as the layouts are; 0 when not even one
+ * request's do. */
+static int64_t tokens_fitting(size_t budget, size_t fixed, int64_t row_bytes, int64_t limit, int multiple) {
+  int64_t n = fixed >= budget ? 0 : (int64_t)((budget - fixed) / (size_t)row_bytes);
+  if (n > limit) n = limit;
+  n -= n % multiple;
+  while (n > 0 && fixed + round256((size_t)row_bytes * (size_t)n) > budget) n -= multiple;
+  return n;
+}
+
+/* The fastest plan: chunks of as many tokens as DSA_SCORE_CAP_ELEMS scores hold (at least one
+ * request's, at most DSA_TOPK_ROWS_PER_LAUNCH), each chunk's top-k resolved on its own. */
+static dsa_indexer_plan plan_fastest(int num_tokens, int max_len, int topk, int multiple) {
+  dsa_indexer_plan p;
+  memset(&p, 0, sizeof p);
+  p.stride = ((int64_t)max_len + 3) & ~(int64_t)3;
+  if (p.stride < 4) p.stride = 4;
+  int64_t chunk = DSA_SCORE_CAP_ELEMS / p.stride;
+  if (chunk > DSA_TOPK_ROWS_PER_LAUNCH) chunk = DSA_TOPK_ROWS_PER_LAUNCH;
+  if (chunk > num_tokens) chunk = num_tokens;
+  chunk -= chunk % multiple;
+  if (chunk < multiple) chunk = multiple;
+  p.chunk = p.group = (int)chunk;
+  p.score_bytes = max_len > topk ? round256((size_t)p.stride * (size_t)chunk * 4) : 0;
+  p.total = p.score_bytes + dsa_topk_ws_layout(p.chunk).total;
+  return p;
+}
+
+/* Tokens per launch within a caller's workspace_limit `cap` (dsa.h; 0 = none): the fastest plan
+ * when it fits. Else rows the top-k reads once (<= DSA_TOPK_ONE_CTA_MAX_LEN) or all tokens' scores
+ * fitting: chunks of as many tokens as fit with their top-k scratch. Longer rows whose scores do
+ * not all fit: the deferred resolve — a group of
+ * up to DSA_TOPK_ROWS_PER_LAUNCH tokens keeps its top-k scratch while its scores pass a chunk at
+ * a time (the chain's resolve, a fixed ~80 us a launch on the H200, once a group instead of once a
+ * chunk); the group halves while its chunks would hold fewer than DSA_DEFERRED_MIN_CHUNK tokens (or
+ * than fit beside the smallest group, for rows so long that fewer do).
+ * `multiple`: one request's MTP tokens stay together. */
+dsa_indexer_plan dsa_plan_indexer(int num_tokens, int max_len, int topk, int multiple, size_t cap) {
+  dsa_indexer_plan p = plan_fastest(num_tokens, max_len, topk, multiple);
+  if (cap == 0 || p.total <= cap) return p;
+  const int64_t stride = p.stride; /* the score rows' stride: the same in every plan */
+  memset(&p, 0, sizeof p);
+  p.stride = stride;
+  const int scored = max_len > topk;
+  const int64_t row_bytes = scored ? p.stride * 4 : 0;
+  const size_t per_token_topk = dsa_topk_ws_layout(1).total;
+  int64_t limit = num_tokens < DSA_TOPK_ROWS_PER_LAUNCH ? num_tokens : DSA_TOPK_ROWS_PER_LAUNCH;
+  limit -= limit % multiple;
+  if (limit < multiple) limit = multiple;
+  /* plain chunks: scores and top-k scratch of every token of the chunk */
+  int64_t chunk = tokens_fitting(cap, 0, row_bytes + (int64_t)per_token_topk, limit, multiple);
+  if (chunk < multiple) chunk = multiple; /* one request's rows alone pass the cap */
+  while (chunk > multiple && (scored ? round256((size_t)row_bytes * (size_t)chunk) : 0) +
+                                     dsa_topk_ws_layout((int)chunk).total > cap)
+    chunk -= multiple; /* the layouts' rounding */
+  if (scored && max_len > DSA_TOPK_ONE_CTA_MAX_LEN && chunk < limit) {
+    /* deferred: the group's top-k scratch is fixed, its scores come a chunk at a time */
+    /* rows so long that few tokens fit at all (4M: 3) lower the bar to what fits beside the
+     * smallest group */
+    int64_t target = tokens_fitting(cap, dsa_topk_ws_layout(multiple).total, row_bytes, limit, multiple);
+    if (target > DSA_DEFERRED_MIN_CHUNK) target = DSA_DEFERRED_MIN_CHUNK;
+    if (target < multiple) target = multiple;
+    int64_t group = limit, c = 0;
+    for (;;) {
+      c = tokens_fitting(cap, dsa_topk_ws_layout((int)group).total, row_bytes, group, multiple);
+      if (c >= target || (c > 0 && c == group)) break;
+      int64_t half = group / 2;
+      half -= half % multiple;
+      if (half < multiple || half == group) break;
+      group = half;
+    }
+    if (c < multiple) c = multiple; /* one request's rows alone pass the cap */
+    if (c < group) {
+      p.deferred = 1;
+      p.group = (int)group;
+      p.chunk = (int)c;
+      p.score_bytes = round256((size_t)row_bytes * (size_t)c);
+      p.total = p.score_bytes + dsa_topk_ws_layout(p.group).total;
+      return p;
+    }
+    chunk = group; /* the whole group fits: plain */
+  }
+  p.chunk = p.group = (int)chunk;
+  p.score_bytes = scored ? round256((size_t)row_bytes * (size_t)chunk) : 0;
+  p.total = p.score_bytes + dsa_topk_ws_layout(p.chunk).total;
+  return p;
+}
+
+/* ---- top-k ---- */
+
+dsa_topk_layout dsa_topk_ws_layout(int num_rows) {
+  dsa_topk_layout l = {0, 0, 0, 0};
+  if (num_rows <= 0) return l;
+  const size_t rows = (size_t)num_rows;
+  l.hist_off = 0;
+  l.above_off = round256(rows * TK_HDR * 4);
+  l.cand_off = l.above_off + round256(rows * DSA_MAX_TOPK * 4);
+  l.total = l.cand_off + rows * TK_CAND_CAP * 4;
+  return l;
+}
+
+int dsa_plan_topk_rows(int num_rows) {
+  return num_rows < DSA_TOPK_ROWS_PER_LAUNCH ? num_rows : DSA_TOPK_ROWS_PER_LAUNCH;
+}
+
+/* ---- sparse MLA attention ---- */
+
+/* (token, head group) units of a call (an empty call plans as one token): one CTA each per split. */
+static int64_t mla_units(const dsa_sparse_mla_args *a, int groups) {
+  return (int64_t)(a->num_tokens > 0 ? a->num_tokens : 1) * groups;
+}
+
+/* Waves of units x s CTAs, `wave` CTAs at a time. */
+static int64_t mla_waves(int64_t units, int s, int64_t wave) { return (units * s + wave - 1) / wave; }
+
+/* The cost mma_split and rows_as_m pick their splits by: waves x (chunks a split + 1), + 1 for the merge. */
+static int64_t mla_split_cost(int64_t units, int s, int bps, int64_t wave) {
+  return mla_waves(units, s, wave) * (bps + 1) + (s > 1 ? 1 : 0);
+}
+
+/* A plan of `kernel` at 16 mt heads a CTA (mma_split / rows_as_m: mt 1, 2 or 4; heads_as_m: 4), every chunk in one split. */
+static dsa_attention_plan mla_plan_unsplit(const dsa_sparse_mla_args *a, int kernel, int mt) {
+  dsa_attention_plan pl;
+  pl.kernel = kernel;
+  pl.mt = mt;
+  pl.groups = (a->num_heads + 16 * mt - 1) / (16 * mt);
+  pl.num_blocks = (a->topk + MLA_BLOCK_N - 1) / MLA_BLOCK_N;
+  pl.splits = 1;
+  pl.blocks_per_split = pl.num_blocks;
+  return pl;
+}
+
+/* rows_as_m and heads_as_m split a (token, head group)'s chunks over a cluster of s = 1, 2, 4 or 8 CTAs (no
+ * workspace): the cheapest s by `cost` while each is a real split. */
+typedef int64_t (*mla_cluster_cost)(int64_t units, int s, int bps, int num_sms);
+static void mla_pick_cluster_split(dsa_attention_plan *pl, int64_t units, int num_sms, mla_cluster_cost cost_of) {
+  int64_t best_cost = INT64_MAX;
+  for (int s = 1; s <= 8; s *= 2) {
+    const int bps = (pl->num_blocks + s - 1) / s;
+    if (s > 1 && (pl->num_blocks + bps - 1) / bps != s) break; /* fewer real splits than s */
+    const int64_t cost = cost_of(units, s, bps, num_sms);
+    if (cost < best_cost) {
+      best_cost = cost;
+      pl->splits = s;
+      pl->blocks_per_split = bps;
+    }
+  }
+}
+
+/* rows_as_m: waves x (chunks per split + 1) (+1 for the merge), as mma_split. */
+static int64_t mla_cost_rows_as_m(int64_t units, int s, int bps, int num_sms) {
+  return mla_split_cost(units, s, bps, num_sms);
+}
+
+/* heads_as_m: waves x (chunks per split + 1 for the merge, about a chunk's time); clusters of 4 and 8 fill
+ * a wave less well (MLA_CLUSTER_WAVE_NUM / DEN of the SMs). */
+static int64_t mla_cost_heads_as_m(int64_t units, int s, int bps, int num_sms) {
+  const int64_t wave = s <= 2 ? num_sms : (int64_t)num_sms * MLA_CLUSTER_WAVE_NUM / MLA_CLUSTER_WAVE_DEN;
+  return mla_waves(units, s, wave > 0 ? wave : 1) * (bps + (s > 1 ? 1 : 0));
+}
+
+/* rows_as_m: HN = 16 or 32 heads per CTA; splits form a cluster of 1, 2, 4 or 8 CTAs. */
+static dsa_attention_plan mla_plan_rows_as_m(const dsa_sparse_mla_args *a, int num_sms) {
+  dsa_attention_plan pl = mla_plan_unsplit(a, DSA_ATTN_ROWS_AS_M, a->num_heads <= 16 ? 1 : 2);
+  if (num_sms < 1) num_sms = 1;
+  mla_pick_cluster_split(&pl, mla_units(a, pl.groups), num_sms, mla_cost_rows_as_m);
+  return pl;
+}
+
+/* heads_as_m: CTAs of (token, 64 heads); below a wave the chunks of a (token, group) are split over a cluster
+ * of 2, 4 or 8 CTAs merged through distributed shared memory. */
+static dsa_attention_plan mla_plan_heads_as_m(const dsa_sparse_mla_args *a, int num_sms) {
+  dsa_attention_plan pl = mla_plan_unsplit(a, DSA_ATTN_HEADS_AS_M, 4);
+  if (num_sms < 1) num_sms = 1;
+  mla_pick_cluster_split(&pl, mla_units(a, pl.groups), num_sms, mla_cost_heads_as_m);
+  return pl;
+}
+
+/* mma_split: heads per CTA (16 mt) up to 64 with FP8 KV, 32 with bf16 KV (two bf16 tiles + 64 Q rows exceed
+ * 227 KB). Splits: only while the grid is under one wave (one resident CTA per SM: every configuration
+ * uses > 114 KB of shared memory) and at most 2 CTAs per SM in all (bounds the workspace); among
+ * those, the fewest waves x (blocks per split + 1) (+1 for the combine). */
+static dsa_attention_plan mla_plan_mma_split(const dsa_sparse_mla_args *a, int num_sms, int mt) {
+  dsa_attention_plan pl = mla_plan_unsplit(a, DSA_ATTN_MMA_SPLIT, mt);
+  const int64_t units = mla_units(a, pl.groups);
+  const int64_t slots = num_sms;
+  if (units >= slots) return pl;
+  int64_t best_cost = INT64_MAX;
+  for (int s = 1; s <= pl.num_blocks; ++s) {
+    const int bps = (pl.num_blocks + s - 1) / s;
+    if ((pl.num_blocks + bps - 1) / bps != s) continue; /* same plan as a smaller s */
+    if (s > 1 && units * s > 2 * slots) continue;
+    const int64_t cost = mla_split_cost(units, s, bps, slots);
+    if (cost < best_cost) {
+      best_cost = cost;
+      pl.splits = s;
+      pl.blocks_per_split = bps;
+    }
+  }
+  return pl;
+}
+
+/* Largest mma_split head tile (m-tiles of 16) for a call: 4 with FP8 KV, 2 with bf16, never wider than the
+ * heads need. */
+static int mla_mma_split_max_mt(const dsa_sparse_mla_args *a) {
+  const int cap = a->kv_format == DSA_KV_FP8_PACKED ? 4 : 2;
+  int mt = 1;
+  while (mt < cap && 16 * mt < a->num_heads) mt *= 2;
+  return mt;
+}
+
+/* Relative time of one 64-entry chunk at mt m-tiles (mt = 1: 2), from the one-token traces
+ * (dev/attention_mma_split_trace.cu, docs/PERF.md): a CTA of 64 heads takes about twice a CTA of 16. */
+static int64_t mla_mma_split_chunk_weight(int mt) { return mt == 1 ? 2 : mt == 2 ? 3 : 4; }
+
+dsa_attention_plan dsa_plan_attention(const dsa_sparse_mla_args *a, int num_sms, int kernel) {
+  if (kernel == DSA_ATTN_ROWS_AS_M) return mla_plan_rows_as_m(a, num_sms);
+  if (kernel == DSA_ATTN_HEADS_AS_M) return mla_plan_heads_as_m(a, num_sms);
+  if (num_sms < 1) num_sms = 1;
+  if (num_sms > DSA_PLAN_MAX_SMS) num_sms = DSA_PLAN_MAX_SMS;
+  const int max_mt = mla_mma_split_max_mt(a);
+  dsa_attention_plan best = mla_plan_mma_split(a, num_sms, max_mt);
+  if (best.splits == 1) return best; /* a wave or more of CTAs at the widest tile: no split */
+  /* Under a wave (a few tokens): narrower head tiles give more, shorter CTAs. Cost in half-chunks of
+   * a 16-head CTA: waves x (blocks per split x chunk weight + 2) + 1 for the combine. */
+  int64_t best_cost = INT64_MAX;
+  for (int mt = max_mt; mt >= 1; mt /= 2) {
+    const dsa_attention_plan pl = mla_plan_mma_split(a, num_sms, mt);
+    const int64_t cost = mla_waves(mla_units(a, pl.groups), pl.splits, num_sms) *
+                             (pl.blocks_per_split * mla_mma_split_chunk_weight(mt) + 2) +
+                         (pl.splits > 1 ? 1 : 0);
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = pl;
+    }
+  }
+  return best;
+}
+
+/* o_part [splits, T, H, 512] fp32, then ml_part [splits, T, H] float2. */
+static size_t mla_split_bytes(const dsa_sparse_mla_args *a, int64_t splits) {
+  return (size_t)splits * (size_t)a->num_tokens * (size_t)a->num_heads *
+         (MLA_V_DIM * sizeof(float) + 2 * sizeof(float));
+}
+
+size_t dsa_plan_attention_workspace(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl) {
+  if (a->num_tokens <= 0 || pl->splits <= 1 || pl->kernel != DSA_ATTN_MMA_SPLIT) return 0;
+  return mla_split_bytes(a, pl->splits);
+}
+
+/* Any plan for s <= DSA_PLAN_MAX_SMS SMs splits only when units < s, and then into at most
+ * 2 s / units (and num_blocks) pieces, units counted at the widest head tile (the fewest): that many
+ * splits is an upper bound for every device and tile. */
+size_t dsa_plan_attention_workspace_bound(const dsa_sparse_mla_args *a) {
+  if (a->num_tokens <= 0) return 0;
+  const dsa_attention_plan pl = mla_plan_mma_split(a, DSA_PLAN_MAX_SMS, mla_mma_split_max_mt(a)); /* the others need none */
+  const int64_t units = (int64_t)a->num_tokens * pl.groups;
+  if (units >= DSA_PLAN_MAX_SMS) return 0;
+  int64_t splits = 2 * DSA_PLAN_MAX_SMS / units;
+  if (splits > pl.num_blocks) splits = pl.num_blocks;
+  return splits > 1 ? mla_split_bytes(a, splits) : 0;
+}

@@ -1,0 +1,65 @@
+/*
+ * host/plan.h — all of the library's planning, host-only and without CUDA (host/plan.c): how a
+ * call's work is cut into launches and CTAs, and how much workspace that takes. Shared by the real
+ * launchers and the CI stubs (tests/support/stub_kernels.c), so the workspace a caller is told to
+ * allocate is the one the kernels carve.
+ */
+#ifndef DSA_PLAN_H
+#define DSA_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dsa.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- indexer (scores + top-k): tokens per launch and the workspace ---- */
+typedef struct {
+  int64_t stride;     /* score row stride (elements) */
+  int chunk;          /* tokens per scoring launch */
+  int group;          /* deferred: tokens per top-k group (resolved once, from composites); else = chunk */
+  int deferred;       /* 1: long rows whose scores do not all fit — chunks of a group share the top-k
+                         scratch, which is resolved once a group (topk/chain.cu, dsa_topk_chunk_launch) */
+  size_t score_bytes; /* scratch for one chunk's scores (0 when nothing is scored) */
+  size_t total;       /* workspace bytes */
+} dsa_indexer_plan;
+/* num_tokens >= 1 tokens of visible length <= max_len, `multiple` tokens a request (MTP; never split
+ * across launches), within the caller's workspace_limit (0 = none: the fastest plan). */
+dsa_indexer_plan dsa_plan_indexer(int num_tokens, int max_len, int topk, int multiple, size_t workspace_limit);
+
+/* ---- top-k: scratch for num_rows rows at once (bounded per row), and where its parts start ---- */
+typedef struct {
+  size_t hist_off;   /* [rows][TK_HDR] uint32 */
+  size_t above_off;  /* [rows][DSA_MAX_TOPK] int32 */
+  size_t cand_off;   /* [rows][TK_CAND_CAP] int32 */
+  size_t total;
+} dsa_topk_layout;
+dsa_topk_layout dsa_topk_ws_layout(int num_rows);
+/* Rows a plain dsa_topk launch takes. */
+int dsa_plan_topk_rows(int num_rows);
+
+/* ---- sparse MLA attention: one CTA per (token, head group of 16*mt heads, split of the index list) ---- */
+typedef struct {
+  int kernel;           /* dsa_attention_kernel (kernels.h) */
+  int mt;               /* heads per CTA / 16: mma_split 1, 2 or 4; rows_as_m 1 or 2; heads_as_m 4 */
+  int groups;           /* head groups per token */
+  int num_blocks;       /* MLA_BLOCK_N-entry blocks of topk */
+  int splits;           /* CTAs per (token, group); mma_split: > 1 needs the workspace and a combine;
+                           rows_as_m and heads_as_m: the cluster size (<= 8), no workspace */
+  int blocks_per_split;
+} dsa_attention_plan;
+/* The plan of `kernel` (dsa_attention_kernel) for a call on a device of num_sms SMs. */
+dsa_attention_plan dsa_plan_attention(const dsa_sparse_mla_args *a, int num_sms, int kernel);
+/* Scratch bytes a plan needs: the split partials (0 for one split). */
+size_t dsa_plan_attention_workspace(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl);
+/* What dsa_sparse_mla_workspace_size reports: the most any plan for <= DSA_PLAN_MAX_SMS SMs
+ * needs, so it is known without a device and holds on every sm_90 part. */
+size_t dsa_plan_attention_workspace_bound(const dsa_sparse_mla_args *a);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DSA_PLAN_H */

@@ -1,0 +1,39 @@
+/*
+ * host/status.h — the library's error state and the CUDA facts behind a status (host/status.c,
+ * host/device.c): every failing call records its message here for dsa_last_error().
+ */
+#ifndef DSA_STATUS_H
+#define DSA_STATUS_H
+
+#include "dsa.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Records a failure's message (printf format) for dsa_last_error() on this thread and returns st.
+ * Exported (DSA_API) for libdsa_cp, which reports through the same error state; not part of dsa.h. */
+DSA_API dsa_status dsa_fail(dsa_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A launcher's (or the device query's) CUDA error as a status (DSA_ERR_NO_DEVICE when it means no
+ * usable device), with its message. */
+dsa_status dsa_cuda_status(const char *fn, int err);
+/* The current device must be an sm_90 part (the only kernels this build holds); *sms = its SM count. */
+dsa_status dsa_need_device(const char *fn, int *sms);
+
+/* ---- host/device.c: the only host file that calls the CUDA runtime ---- */
+typedef struct {
+  int ordinal;      /* the current device */
+  int num_sms;      /* its multiprocessor count */
+  int cc_major, cc_minor;
+} dsa_device_info;
+/* The current device's facts (cached per device after the first query). Returns a cudaError_t. */
+int dsa_device_query(dsa_device_info *info);
+/* 1 when a CUDA error means "no usable device" (none, driver too old, no kernel image). */
+int dsa_cuda_error_is_no_device(int err);
+const char *dsa_cuda_error_string(int err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DSA_STATUS_H */

@@ -1,0 +1,354 @@
+/*
+ * indexer/scores_wgmma.cu — indexer scores on warp-specialised wgmma (wgmma_tile.cuh: e4m3 x e4m3
+ * wgmma straight on the cache bytes, 64 keys a tile), the copies taken off the warps that compute:
+ * the prefill scorer for both q types and the FP8-q decode scorer (host/choose.c); bf16 q on f16
+ * wgmma and decode pages by TMA (wgmma_tma) are described below.
+ *
+ * Per CTA (four warpgroups, 512 threads): a group of T tokens, a contiguous range of 64-key tiles.
+ *   producer   warpgroup 0: warp w owns tiles w, w + 4, ... of the range — its lookups (block table
+ *              / workspace slots, issued one of its tiles ahead) and cp.async copies into an
+ *              NS-stage ring (common/mbar_ring.cuh); the copies arrive on the stage's `full` barrier
+ *              as they land (cp.async.mbarrier.arrive.noinc), so the warp never waits for data
+ *              (publishing a tile only after the warp's next tile was issued starved the consumers:
+ *              ncu showed them waiting on `full` 21 % of the time while the producers waited on
+ *              `empty`).
+ *   consumers  warpgroups 1-3 take every third tile (two epilogues overlap the third's wgmma; with
+ *              two, a warp's epilogue — latency-bound, ~0.2 IPC a warp — left the tensor pipe idle
+ *              most of the time): wait `full`, scores (wt_tile_scores), arrive on the stage's
+ *              `empty` barrier (128 arrivals).
+ * NS is a multiple of 4 and of 3, so stage s always has the same producer warp (s % 4) and consumer
+ * warpgroup (s % 3): a parity wait is then never two phases ahead (WS_NS below). Chunks of at most
+ * 128 columns (64 accumulators a thread); the producers give registers to the consumers
+ * (setmaxnreg 56 / 144).
+ *
+ * bf16 q (F16; the bf16-q prefill default: 1.29 ms at 1M against mma's 1.96): q staged times a
+ * power of two into f16 (exact, as scores_mma.cu), two K-atoms a row; a consumer warpgroup converts
+ * its tile's e4m3 keys to f16 in its own 16 KB buffer (exact), releases the stage at once, then f16
+ * wgmma (k16, eight steps a chunk); the epilogue is the FP8 path's. 8 tokens a prefill group (q
+ * rows are 256 B).
+ */
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "common/launch.cuh"
+#include "common/layout.h"
+#include "common/mbar_ring.cuh"
+#include "common/ptx/copy.cuh"
+#include "common/ptx/sync.cuh"
+#include "common/rows.cuh"
+#include "indexer/scores.cuh"
+#include "indexer/wgmma_tile.cuh"
+#include "kernels.h"
+
+#define WS_CONSUMERS 3         /* consumer warpgroups */
+#define WS_THREADS (128 * (1 + WS_CONSUMERS))
+#define WS_NS 12              /* ring stages of one 64-key tile each */
+#define WS_PREFILL_T32 16     /* prefill tokens a CTA groups, 32 heads (four chunks of 128 columns) */
+#define WS_PREFILL_T64 8      /* 64 heads */
+#define WS_F16_PREFILL_T32 8  /* bf16 q (f16 path): q rows take twice the bytes, so half the tokens */
+#define WS_F16_PREFILL_T64 4
+/* A stage always has the same producer warp and the same consumer warpgroup. Waits use a phase's
+ * parity, which only names the current phase or the one before it: whoever waits for stage s's round
+ * r must itself have seen round r - 1 through (else it can pass on round r - 2's parity while round
+ * r - 1 is still unfilled — with 8 stages and three consumers a consumer met a stage last used by
+ * another warpgroup, and a lagging producer warp let it read a stale stage: decode runs, whose fast
+ * consumers wait on `full`, failed with error 719). */
+static_assert(WS_NS % 4 == 0 && WS_NS % WS_CONSUMERS == 0, "stage s: producer warp s % 4, consumer s % 3");
+/* SHARE (TMA at 32 columns — one decode token — with few tiles a CTA, ws_launch): one producer warp
+ * fills every stage (lane j looks up tile base + j's page, 32 tiles a load; lane 0 issues), six
+ * stages, ~61 KB and 64 registers a thread, so two CTAs share an SM and more tiles' latencies
+ * overlap (H200: 1 token 1M 46.0 -> 43.7 us, B = 64 x 8k 39.6 -> 26.3, 128 x 8k 66.9 -> 55.2; it
+ * lost with a group or more an SM, 256 x 8k 86.6 -> 95.8, and at 512 tiles a CTA, 128 x 64k 294 -> 311). */
+#define WS_NS_SHARE 6
+static_assert(WS_NS_SHARE % WS_CONSUMERS == 0, "stage s: consumer s % 3");
+static __host__ __device__ constexpr int ws_ns(bool share) { return share ? WS_NS_SHARE : WS_NS; }
+
+/* Named barriers (bar.sync ids; 0 is __syncthreads). */
+enum ws_barrier {
+  WS_BAR_Q_STAGED = 1, /* the 12 consumer warps: q and the weights staged */
+  WS_BAR_CONSUMER = 2  /* + g: consumer warpgroup g's 128 threads (bf16 q: its key buffer) */
+};
+
+/* Shared memory: full[NS], empty[NS] mbarriers | the group | (aligned to 1024) q tile | NS stages |
+ * wq, w, qsc [qrows] (F16: the consumers' key buffers before wq). The barriers sit first, at one
+ * offset in every instantiation, apart from anything staged. */
+static size_t ws_smem_bytes(int qrows, bool f16, int ns) {
+  return 2 * ns * 8 + sizeof(sc_group) + 1024 + (size_t)wt_q_bytes(qrows) * (f16 ? 2 : 1) +
+         (size_t)ns * WT_WG_STAGE + (f16 ? (size_t)WS_CONSUMERS * WT_F16_KEYS : 0) + (size_t)3 * qrows * 4 + 16;
+}
+
+/* Producer, TMA: one tile's page pg into stage st — the validity flags by every lane of the warp
+ * (32 arrivals), then lane 0's arrive.expect_tx, the tensor copy of the 64 rows (an out-of-bounds
+ * box, zeros, for a bad page id) and the bulk copy of the scales (valid pages only), all completing
+ * on `bar` (33 arrivals in all). */
+static __device__ __forceinline__ void ws_tma_fill(const dsa_scores_params &p, const CUtensorMap *kmap,
+                                                   unsigned char *st, uint32_t bar, long long pg, int lane) {
+  const bool valid = pg >= 0 && pg < p.cache.num_pages;
+  int *s_ok = (int *)(st + WT_WG_ROWS_BYTES + WT_WG_KEYS * 4);
+  s_ok[lane] = valid;
+  s_ok[lane + 32] = valid;
+  ptx_mbar_arrive(bar); /* the flags (release) */
+  if (lane == 0) {
+    ptx_mbar_arrive_expect_tx(bar, WT_WG_ROWS_BYTES + (valid ? WT_WG_KEYS * 4 : 0));
+    ptx_tma_load_3d(ptx_smem_u32(st), kmap, 0, 0, valid ? (int)pg : (int)p.cache.num_pages, bar);
+    if (valid)
+      ptx_bulk_load(ptx_smem_u32(st + WT_WG_ROWS_BYTES),
+                    p.cache.data + pg * (WT_WG_KEYS * IDXK_SLOT_BYTES) + WT_WG_ROWS_BYTES, WT_WG_KEYS * 4,
+                    bar);
+  }
+}
+
+/* F16: bf16 q on the f16 path (q staged scaled into f16, each consumer warpgroup converts its tile's
+ * e4m3 keys to f16 in its own buffer, releases the stage, then f16 wgmma); else FP8 q, e4m3 wgmma.
+ * TMA (decode, FP8 q, page size 64: a tile is one page; wgmma_tma): the producer warp's
+ * lane 0 moves a page with one TMA tensor load (kmap: [pages][64 rows][128 B], 128-byte swizzle —
+ * the layout wgmma reads) and its 256 B of scales with one bulk copy, both completing the stage's
+ * `full` transaction count; a bad page id loads an out-of-bounds box (zeros) and flags its keys
+ * invalid. Else cp.async per 16 bytes, every lane. */
+template <int HP, int NC, bool F16, bool TMA, bool SHARE>
+__global__ void __launch_bounds__(WS_THREADS, SHARE ? 2 : 1)
+    scores_wgmma_kernel(const dsa_scores_params p, int T, int tiles_per_cta,
+                             const __grid_constant__ CUtensorMap kmap) {
+  extern __shared__ unsigned char smem_raw[];
+  uint64_t *full = (uint64_t *)smem_raw; /* the ring's barriers; dynamic shared memory is >= 16-byte aligned */
+  constexpr int NS = ws_ns(SHARE);
+  static_assert(!SHARE || (TMA && NC == 32), "two CTAs an SM: TMA decode at 32 columns");
+  uint64_t *empty = full + NS;
+  sc_group *grp = (sc_group *)(empty + NS);
+  unsigned char *after = (unsigned char *)(grp + 1);
+  mbar_ring ring;
+  ring.full = ptx_smem_u32(full);
+  ring.empty = ptx_smem_u32(empty);
+  unsigned char *smem = after + ((1024 - (ptx_smem_u32(after) & 1023)) & 1023);
+  const int chunks = (T * HP + NC - 1) / NC;
+  const int qrows = chunks * NC;
+  unsigned char *q_tile = smem; /* [qrows][128] e4m3, or F16: [2 K-atoms][qrows][128 B] f16; swizzled */
+  unsigned char *stages = smem + wt_q_bytes(qrows) * (F16 ? 2 : 1); /* NS x WT_WG_STAGE */
+  unsigned char *kbufs = stages + NS * WT_WG_STAGE;               /* F16: consumers x WT_F16_KEYS */
+  float *wq_smem = (float *)(kbufs + (F16 ? WS_CONSUMERS * WT_F16_KEYS : 0));
+  float *w_smem = wq_smem + qrows;
+  float *qsc_smem = w_smem + qrows;
+
+  /* the warp index through a shuffle: ptxas then sees the role branches as warp-uniform (fewer
+   * registers held across them: no spills; and wgmma overlap needs it) */
+  const int tid = threadIdx.x, warp = __shfl_sync(0xffffffffu, tid >> 5, 0), lane = tid & 31;
+  sc_cta cta;
+  if (!sc_cta_begin(p, grp, T, WT_WG_KEYS, tiles_per_cta, &cta)) return;
+  const int t0 = cta.t0, nt = cta.nt, lo = cta.lo, hi = cta.hi, tile_begin = cta.tile_begin, tile_end = cta.tile_end;
+  const long long range_lo = cta.range_lo, range_hi = cta.range_hi;
+  const int ntiles = tile_end - tile_begin;
+
+  /* Not needed for correctness (the group's lengths and the barriers are disjoint): it separates
+   * sc_group_setup's reads from mbarrier.init in time for racecheck, which reported them as a race
+   * (as it did mbarrier.init against q staging before that moved past the barrier below). */
+  __syncthreads();
+  if (tid < NS) {
+    /* the producer warp's lanes: copies landed + flags (TMA: the flags + lane 0's expect_tx) */
+    ptx_mbar_init(ring_full(ring, tid), TMA ? 33 : 64);
+    ptx_mbar_init(ring_empty(ring, tid), 128); /* the consumer warpgroup's threads */
+  }
+  /* The barriers' initialisation, for every role. The producers then start filling the ring while
+   * the consumer warps alone stage q (its load latency overlaps the first lookups and copies: what a
+   * one-tile decode CTA waits for); the consumers meet on named barrier 1 before any wgmma. */
+  __syncthreads();
+
+  if (warp < 4) {
+    /* ---- producer warp `warp`: tiles warp, warp + 4, ... ---- */
+    if constexpr (!SHARE) ptx_setmaxnreg_dec<56>(); /* SHARE: 64 a thread, no exchange */
+    if constexpr (TMA && SHARE) {
+      /* warp 0 alone (six stages): lane j holds the page of tile base + j (one load for 32 tiles,
+       * the next 32 loaded while these are issued); the other producer warps have nothing to do */
+      if (warp == 0) {
+        long long page = lane < ntiles ? rows_key_raw(p.rows, t0, (tile_begin + lane) * WT_WG_KEYS) : -1;
+        for (int base = 0; base < ntiles; base += 32) {
+          const long long page_next =
+              base + 32 + lane < ntiles ? rows_key_raw(p.rows, t0, (tile_begin + base + 32 + lane) * WT_WG_KEYS) : -1;
+          const int n = ntiles - base < 32 ? ntiles - base : 32;
+          for (int j = 0; j < n; j++) {
+            const int i = base + j, s = i % NS;
+            ring_wait_empty<NS>(ring, i);
+            ws_tma_fill(p, &kmap, stages + s * WT_WG_STAGE, ring_full(ring, s), __shfl_sync(0xffffffffu, page, j),
+                        lane);
+          }
+          page = page_next;
+        }
+      }
+    } else if constexpr (TMA) {
+      /* every producer warp its own tiles (warp, warp + 4, ...), the page looked up a tile ahead by
+       * lane 0 (one warp alone measured 4-6 % slower at B = 256 x 32k / 64k) */
+      long long page = lane == 0 && warp < ntiles ? rows_key_raw(p.rows, t0, (tile_begin + warp) * WT_WG_KEYS) : -1;
+      for (int i = warp; i < ntiles; i += 4) {
+        const int s = i % NS;
+        const int x0 = (tile_begin + i) * WT_WG_KEYS;
+        const long long page_next =
+            lane == 0 && i + 4 < ntiles ? rows_key_raw(p.rows, t0, x0 + 4 * WT_WG_KEYS) : -1;
+        ring_wait_empty<NS>(ring, i);
+        ws_tma_fill(p, &kmap, stages + s * WT_WG_STAGE, ring_full(ring, s), __shfl_sync(0xffffffffu, page, 0),
+                    lane);
+        page = page_next;
+      }
+    } else {
+    /* Tile i's lookups are issued one of this warp's tiles ahead (their latency passes while the
+     * warp waits for a free stage); its copies arrive on `full` by themselves when they land
+     * (cp.async.mbarrier.arrive.noinc), its flags by a plain arrive: the warp never waits for data. */
+    long long raw[4], raw_next[4];
+#pragma unroll
+    for (int q4 = 0; q4 < 4; q4++)
+      raw[q4] = warp < ntiles ? wt_key_raw(p, t0, (tile_begin + warp) * WT_WG_KEYS, 16 * q4, lo, hi, lane) : -1;
+    for (int i = warp; i < ntiles; i += 4) {
+      const int s = i % NS;
+      const int x0 = (tile_begin + i) * WT_WG_KEYS;
+#pragma unroll
+      for (int q4 = 0; q4 < 4; q4++)
+        raw_next[q4] = i + 4 < ntiles ? wt_key_raw(p, t0, x0 + 4 * WT_WG_KEYS, 16 * q4, lo, hi, lane) : -1;
+      ring_wait_empty<NS>(ring, i);
+      unsigned char *st = stages + s * WT_WG_STAGE;
+#pragma unroll
+      for (int q4 = 0; q4 < 4; q4++) wt_issue_keys(st, p, raw[q4], x0, 16 * q4, lane);
+      ptx_cp_async_mbar_arrive_noinc(ring_full(ring, s)); /* when this lane's copies land */
+      ptx_mbar_arrive(ring_full(ring, s));                /* its flag stores (release) */
+#pragma unroll
+      for (int q4 = 0; q4 < 4; q4++) raw[q4] = raw_next[q4];
+    }
+    }
+  } else {
+    /* ---- consumer warps: q and weights, then warpgroup g: tiles g, g + 3, ... ---- */
+    constexpr int CW = 4 * WS_CONSUMERS; /* consumer warps */
+    if constexpr (F16)
+      wt_stage_q_f16<HP>(p, grp, q_tile, wq_smem, w_smem, qsc_smem, qrows, nt, t0, warp - 4, CW, lane);
+    else
+      wt_stage_q<HP>(p, grp, q_tile, wq_smem, w_smem, qsc_smem, qrows, nt, t0, warp - 4, CW, lane);
+    ptx_fence_proxy_async_smem(); /* q's generic stores before wgmma reads them */
+    ptx_bar_sync(WS_BAR_Q_STAGED, 32 * CW); /* every consumer's rows (and any_negative_qscale) staged */
+    const bool qscale_nonneg = grp->any_negative_qscale == 0;
+    if constexpr (!SHARE) ptx_setmaxnreg_inc<144>();
+    const int g = (warp >> 2) - 1, wi = warp & 3;
+    const uint32_t q_addr = ptx_smem_u32(q_tile);
+    for (int i = g; i < ntiles; i += WS_CONSUMERS) {
+      const int s = i % NS;
+      ring_wait_full<NS>(ring, i);
+      ptx_fence_proxy_async_smem();
+      const int x0 = (tile_begin + i) * WT_WG_KEYS;
+      if constexpr (F16) {
+        const unsigned char *st = stages + s * WT_WG_STAGE;
+        unsigned char *kbuf = kbufs + g * WT_F16_KEYS;
+        const int r0 = 16 * wi + (lane >> 2), r1 = r0 + 8;
+        const float ks0 = ((const float *)(st + WT_WG_ROWS_BYTES))[r0];
+        const float ks1 = ((const float *)(st + WT_WG_ROWS_BYTES))[r1];
+        const int ok0 = ((const int *)(st + WT_WG_ROWS_BYTES + WT_WG_KEYS * 4))[r0];
+        const int ok1 = ((const int *)(st + WT_WG_ROWS_BYTES + WT_WG_KEYS * 4))[r1];
+        const bool fast = qscale_nonneg && __all_sync(0xffffffffu, ks0 >= 0.f && ks1 >= 0.f);
+        ptx_bar_sync(WS_BAR_CONSUMER + g, 128); /* the warpgroup's wgmma on the previous tile's kbuf are done */
+        wt_keys_to_f16(st, kbuf, tid & 127);
+        ptx_fence_proxy_async_smem();      /* the f16 keys' generic stores before wgmma reads them */
+        ptx_bar_sync(WS_BAR_CONSUMER + g, 128); /* every warp's rows converted */
+        ptx_mbar_arrive(ring_empty(ring, s));     /* the stage is free: rows converted, scales read */
+        if (wt_any_visible(grp, nt, x0))
+          wt_tile_scores_f16<HP, NC>(p, grp, ptx_smem_u32(kbuf), ptx_smem_u32(q_tile), qrows, wq_smem, w_smem,
+                                     qsc_smem, chunks, nt, t0, x0, ks0, ks1, ok0, ok1, fast, wi, lane);
+        continue;
+      }
+      if (wt_any_visible(grp, nt, x0))
+        wt_tile_scores<HP, NC>(p, grp, stages + s * WT_WG_STAGE, q_addr, wq_smem, w_smem, qsc_smem, chunks, nt, t0,
+                               x0, qscale_nonneg, wi, lane);
+      ptx_mbar_arrive(ring_empty(ring, s)); /* this warpgroup is done with the stage */
+    }
+  }
+  /* Every role is done with the ring: invalidate its barriers (PTX: a barrier's memory may hold other
+   * data only after mbarrier.inval; the next CTA on this SM lays its own data there). */
+  __syncthreads();
+  if (tid < NS) {
+    ptx_mbar_inval(ring_full(ring, tid));
+    ptx_mbar_inval(ring_empty(ring, tid));
+  }
+  sc_fill_tail(p, grp, nt, t0, range_lo, range_hi);
+}
+
+template <int HP, int NC, bool F16, bool TMA, bool SHARE = false>
+static cudaError_t ws_launch_t(const dsa_scores_params *p, dim3 grid, int T, int tpc, const CUtensorMap &kmap,
+                               cudaStream_t stream) {
+  static dsa_smem_cache cache;
+  const int qrows = (T * HP + NC - 1) / NC * NC;
+  return dsa_launch_smem(scores_wgmma_kernel<HP, NC, F16, TMA, SHARE>, &cache, grid, WS_THREADS,
+                         ws_smem_bytes(qrows, F16, ws_ns(SHARE)), stream, false, *p, T, tpc, kmap);
+}
+
+/* The index-K cache as a TMA tensor map for decode with 64-key pages: dims (128 B, 64 rows, pages),
+ * strides (1, 128, page bytes), a [128 B x 64 rows x 1 page] box, 128-byte swizzle. False when the
+ * driver has no encoder or refuses the map (the caller takes the cp.async path). */
+static bool ws_key_map(const dsa_scores_params *p, CUtensorMap *map) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+  static bool looked = false;
+  if (!looked) { /* benign race: every thread stores the same pointer */
+    void *fn = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+      encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+    (void)cudaGetLastError();
+    looked = true;
+  }
+  if (!encode || p->cache.page_size != WT_WG_KEYS || p->cache.num_pages <= 0 || p->cache.num_pages >= 0x7fffffffLL)
+    return false;
+  const cuuint64_t dims[3] = {DSA_INDEX_HEAD_DIM, WT_WG_KEYS, (cuuint64_t)p->cache.num_pages};
+  const cuuint64_t strides[2] = {DSA_INDEX_HEAD_DIM, (cuuint64_t)WT_WG_KEYS * IDXK_SLOT_BYTES};
+  const cuuint32_t box[3] = {DSA_INDEX_HEAD_DIM, WT_WG_KEYS, 1};
+  const cuuint32_t estr[3] = {1, 1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, (void *)p->cache.data, dims, strides, box, estr,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+/* max_x <= DSA_MAX_ROW_LEN (dsa.c): tile arithmetic in the kernel stays inside int. kmap: TMA only. */
+template <bool F16, bool TMA>
+static int ws_launch(const dsa_scores_params *p, const CUtensorMap &kmap, cudaStream_t stream) {
+  if (p->num_tokens <= 0) return 0;
+  const int HP = p->q.num_heads <= 32 ? 32 : 64;
+  int T, groups, max_x;
+  sc_token_groups(p, HP == 32 ? (F16 ? WS_F16_PREFILL_T32 : WS_PREFILL_T32) : (F16 ? WS_F16_PREFILL_T64 : WS_PREFILL_T64),
+                  &T, &groups, &max_x);
+  /* the f16 path's q rows take 256 B: more than 256 of them (a decode group of 5-8 tokens x 64 heads)
+   * would not fit beside the ring and the key buffers (the choice table sends those to mma) */
+  if (F16 && T * HP > 256) return (int)cudaErrorInvalidValue;
+  const int total_tiles = (int)(((int64_t)max_x + WT_WG_KEYS - 1) / WT_WG_KEYS);
+  if (total_tiles == 0 || groups == 0) return 0;
+  /* one long-lived CTA an SM (512 threads x 128 registers fill its register file; its setup and the
+   * ring's first fill paid once); two with SHARE (WS_NS_SHARE) */
+  const long long sms = p->num_sms > 0 ? p->num_sms : 132;
+  const long long share_tpc = ((long long)total_tiles * groups + 2 * sms - 1) / (2 * sms); /* ~tiles a CTA */
+  const bool share = TMA && !F16 && T * HP <= 32 && groups < sms && share_tpc <= 256;
+  const long long want = sms * (share ? 2 : 1);
+  int tpc;
+  const dim3 grid = sc_grid(total_tiles, groups, want, 512, &tpc);
+  const int n = T * HP;
+  cudaError_t err;
+  if (HP == 32)
+    err = share      ? ws_launch_t<32, 32, F16, TMA, TMA && !F16>(p, grid, T, tpc, kmap, stream)
+          : n <= 32  ? ws_launch_t<32, 32, F16, TMA>(p, grid, T, tpc, kmap, stream)
+          : n <= 64  ? ws_launch_t<32, 64, F16, TMA>(p, grid, T, tpc, kmap, stream)
+                     : ws_launch_t<32, 128, F16, TMA>(p, grid, T, tpc, kmap, stream);
+  else
+    err = n <= 64 ? ws_launch_t<64, 64, F16, TMA>(p, grid, T, tpc, kmap, stream)
+                  : ws_launch_t<64, 128, F16, TMA>(p, grid, T, tpc, kmap, stream);
+  return (int)err;
+}
+
+/* FP8 q: e4m3 wgmma; bf16 q: the f16 path. */
+extern "C" int dsa_scores_wgmma_launch(const dsa_scores_params *p, cudaStream_t stream) {
+  CUtensorMap none;
+  memset(&none, 0, sizeof none);
+  return p->q.q_dtype == DSA_DTYPE_FP8_E4M3 ? ws_launch<false, false>(p, none, stream)
+                                            : ws_launch<true, false>(p, none, stream);
+}
+
+/* Decode with FP8 q, pages by TMA: DSA_SCORES_NO_TENSOR_MAP (nothing launched) where the cache
+ * allows no tensor map (the choice table routes only 64-key pages here) or the driver makes none. */
+extern "C" int dsa_scores_wgmma_tma_launch(const dsa_scores_params *p, cudaStream_t stream) {
+  CUtensorMap kmap;
+  memset(&kmap, 0, sizeof kmap);
+  if (p->q.q_dtype != DSA_DTYPE_FP8_E4M3 || p->rows.mode != DSA_ROWS_DECODE || !ws_key_map(p, &kmap))
+    return DSA_SCORES_NO_TENSOR_MAP;
+  return ws_launch<false, true>(p, kmap, stream);
+}
