@@ -269,12 +269,13 @@ DSA_API dsa_status dsa_topk(const dsa_topk_args *args, void *workspace, size_t w
  * 2 x 132 CTAs x 16..64 heads x 2 KiB, ~35 MiB; 0 for larger batches. The size query
  * needs no device and holds for every sm_90 part.
  * Three kernels compute this (same contract, results within the tolerances, each deterministic):
- * v1 (mma.sync), v2 (wgmma, KV rows as M, splits merged inside a thread-block cluster, no workspace)
- * and v3 (wgmma, 64 heads as M, CTAs of one token and 64 heads, split over a cluster below a wave,
- * no workspace; packed FP8 rows are computed in f16 after per-row power-of-two scaling, so a
- * 128-value group more than 2^14 times smaller than its row's largest loses relative precision);
- * the library picks the one measured faster for the shape (docs/PERF.md). The environment variable DSA_MLA_KERNEL=v1, =v2 or =v3
- * forces one, for comparisons and bisecting.
+ * mma_split (mma.sync, a token's list split over CTAs and combined), rows_as_m (wgmma, KV rows as M,
+ * splits merged inside a thread-block cluster, no workspace) and heads_as_m (wgmma, 64 heads as M,
+ * CTAs of one token and 64 heads, split over a cluster below a wave, no workspace; packed FP8 rows
+ * are computed in f16 after per-row power-of-two scaling, so a 128-value group more than 2^14 times
+ * smaller than its row's largest loses relative precision); the library picks the one measured
+ * faster for the shape (docs/PERF.md). The environment variable DSA_KERNEL=attention:mma_split (or
+ * rows_as_m, heads_as_m) forces one, for comparisons and bisecting (README.md).
  */
 typedef struct {
   const void *q;            /* [num_tokens, num_heads, 576] bf16, contiguous, 16-B aligned */

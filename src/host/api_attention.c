@@ -16,17 +16,17 @@ static dsa_status check_mla(const char *fn, const dsa_sparse_mla_args *a, int ne
   if (a->num_tokens < 0) return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: num_tokens = %d < 0", fn, a->num_tokens);
   if (a->num_heads < 1 || a->num_heads > DSA_MAX_ATTN_HEADS)
     return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: num_heads = %d (must be 1..%d)", fn, a->num_heads,
-                DSA_MAX_ATTN_HEADS);
+                    DSA_MAX_ATTN_HEADS);
   CHECK(check_topk(fn, a->topk));
   if (a->indices_stride < a->topk)
     return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: indices_stride = %lld < topk = %d", fn,
-                (long long)a->indices_stride, a->topk);
+                    (long long)a->indices_stride, a->topk);
   if (a->kv_format != DSA_KV_BF16 && a->kv_format != DSA_KV_FP8_PACKED)
     return dsa_fail(DSA_ERR_UNSUPPORTED, "%s: kv_format = %d (bf16 or packed fp8)", fn, (int)a->kv_format);
   if (a->num_slots < 0) return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: num_slots = %lld < 0", fn, (long long)a->num_slots);
   if (a->kv_format == DSA_KV_BF16 && (a->kv_stride < DSA_MLA_QK_DIM || a->kv_stride % 8))
     return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: kv_stride = %lld (bf16 rows need >= 576, a multiple of 8)", fn,
-                (long long)a->kv_stride);
+                    (long long)a->kv_stride);
   if (!isfinite(a->softmax_scale)) return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: softmax_scale is not finite", fn);
   if (!need_data || a->num_tokens == 0) return DSA_OK;
   NEED_PTR(a->q, "q");

@@ -19,7 +19,7 @@ dsa_status dsa_index_k_store(const dsa_index_k_store_args *a, cudaStream_t strea
   NEED_PTR(a->slot_mapping, "slot_mapping");
   if (misaligned(a->k, 16) || a->k_stride % 8)
     return dsa_fail(DSA_ERR_MISALIGNED, "%s: k = %p and k_stride = %lld must give 16-byte aligned rows", fn, a->k,
-                (long long)a->k_stride);
+                    (long long)a->k_stride);
   NEED_ALIGNED(a->slot_mapping, 8, "slot_mapping");
   CHECK(check_extent(fn, "k", a->k, a->num_tokens, a->k_stride, DSA_INDEX_HEAD_DIM, 2));
   CHECK(check_array(fn, "slot_mapping", a->slot_mapping, a->num_tokens, 8));
@@ -39,14 +39,14 @@ dsa_status dsa_mla_kv_store(const dsa_mla_kv_store_args *a, cudaStream_t stream)
   if (a->num_slots < 0) return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: num_slots = %lld < 0", fn, (long long)a->num_slots);
   if (a->kv_format == DSA_KV_BF16 && (a->cache_stride < DSA_MLA_QK_DIM || a->cache_stride % 8))
     return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: cache_stride = %lld (bf16 rows need >= 576, a multiple of 8)", fn,
-                (long long)a->cache_stride);
+                    (long long)a->cache_stride);
   if (a->num_tokens == 0) return DSA_OK;
   NEED_PTR(a->kv, "kv");
   NEED_PTR(a->slot_mapping, "slot_mapping");
   NEED_PTR(a->cache, "cache");
   if (misaligned(a->kv, 16) || a->kv_stride % 8)
     return dsa_fail(DSA_ERR_MISALIGNED, "%s: kv = %p and kv_stride = %lld must give 16-byte aligned rows", fn, a->kv,
-                (long long)a->kv_stride);
+                    (long long)a->kv_stride);
   NEED_ALIGNED(a->cache, 16, "cache");
   NEED_ALIGNED(a->slot_mapping, 8, "slot_mapping");
   CHECK(check_extent(fn, "kv", a->kv, a->num_tokens, a->kv_stride, DSA_MLA_QK_DIM, 2));

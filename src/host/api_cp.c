@@ -10,15 +10,15 @@
 static dsa_status check_shard(const char *fn, const dsa_shard *s) {
   if (s->world_size < 1 || s->world_size > DSA_MAX_CP_RANKS)
     return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: shard.world_size = %d (must be 1..%d)", fn, s->world_size,
-                DSA_MAX_CP_RANKS);
+                    DSA_MAX_CP_RANKS);
   if (s->rank < 0 || s->rank >= s->world_size)
     return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: shard.rank = %d (must be 0..%d)", fn, s->rank, s->world_size - 1);
   if (s->layout != DSA_SHARD_ROUND_ROBIN && s->layout != DSA_SHARD_BLOCKS)
     return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: shard.layout = %d (DSA_SHARD_ROUND_ROBIN or DSA_SHARD_BLOCKS)", fn,
-                (int)s->layout);
+                    (int)s->layout);
   if (s->layout == DSA_SHARD_BLOCKS && (s->block < 1 || s->block > DSA_MAX_ROW_LEN))
     return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: shard.block = %lld (must be 1..%d)", fn, (long long)s->block,
-                DSA_MAX_ROW_LEN);
+                    DSA_MAX_ROW_LEN);
   return DSA_OK;
 }
 
@@ -32,7 +32,7 @@ dsa_status dsa_cp_candidates(const dsa_cp_candidates_args *a, cudaStream_t strea
     return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: max_len = %d (must be 0..%d)", fn, a->max_len, DSA_MAX_ROW_LEN);
   if (a->scores_stride < a->max_len)
     return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: scores_stride = %lld < max_len = %d", fn, (long long)a->scores_stride,
-                a->max_len);
+                    a->max_len);
   /* global positions are int32: the largest local position must map below 2^31 (with row_offsets,
    * the kernel's int32 ids are the caller's bound: dsa.h) */
   const dsa_shard *s = &a->shard;
@@ -42,10 +42,10 @@ dsa_status dsa_cp_candidates(const dsa_cp_candidates_args *a, cudaStream_t strea
                              : (int64_t)s->rank * s->block + a->max_len - 1;
     if (last > INT32_MAX)
       return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: local position %d maps to global position %lld (> 2^31 - 1)", fn,
-                  a->max_len - 1, (long long)last);
+                      a->max_len - 1, (long long)last);
     if (s->layout == DSA_SHARD_BLOCKS && a->max_len > s->block)
       return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: max_len = %d > shard.block = %lld (positions past a rank's block)", fn,
-                  a->max_len, (long long)s->block);
+                      a->max_len, (long long)s->block);
   }
   if (a->num_rows == 0) return DSA_OK;
   if (a->max_len > 0) NEED_PTR(a->scores, "scores");
@@ -74,7 +74,7 @@ dsa_status dsa_topk_merge(const dsa_topk_merge_args *a, cudaStream_t stream) {
   CHECK(check_topk(fn, a->topk));
   if (a->num_lists < 1 || a->k_in < 1 || (int64_t)a->num_lists * a->k_in > DSA_MAX_MERGE_CANDIDATES)
     return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: num_lists = %d, k_in = %d (both >= 1, product <= %d)", fn, a->num_lists,
-                a->k_in, DSA_MAX_MERGE_CANDIDATES);
+                    a->k_in, DSA_MAX_MERGE_CANDIDATES);
   if (a->num_rows < 0) return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: num_rows = %d < 0", fn, a->num_rows);
   if (a->num_rows == 0) return DSA_OK;
   NEED_PTR(a->cand_scores, "cand_scores");
@@ -99,19 +99,19 @@ dsa_status dsa_cp_local_indices(const dsa_cp_local_indices_args *a, cudaStream_t
   if (a->workspace_slots) {
     if (a->num_workspace_rows < 0 || a->num_workspace_rows > DSA_MAX_ROW_LEN)
       return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: num_workspace_rows = %lld (must be 0..%d)", fn,
-                  (long long)a->num_workspace_rows, DSA_MAX_ROW_LEN);
+                      (long long)a->num_workspace_rows, DSA_MAX_ROW_LEN);
   } else {
     if (a->q_len_per_req < 1 || a->q_len_per_req > DSA_MAX_Q_LEN_PER_REQ)
       return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: q_len_per_req = %d (must be 1..%d)", fn, a->q_len_per_req,
-                  DSA_MAX_Q_LEN_PER_REQ);
+                      DSA_MAX_Q_LEN_PER_REQ);
     if (a->num_tokens % a->q_len_per_req)
       return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: num_tokens = %d is not a multiple of q_len_per_req = %d", fn,
-                  a->num_tokens, a->q_len_per_req);
+                      a->num_tokens, a->q_len_per_req);
     if (a->page_size < 1 || a->num_pages < 0 || a->max_blocks_per_req < 1 ||
         a->block_table_stride < a->max_blocks_per_req)
       return dsa_fail(DSA_ERR_INVALID_VALUE,
-                  "%s: page_size = %d, num_pages = %lld, max_blocks_per_req = %d, block_table_stride = %lld (need "
-                  "page_size >= 1, num_pages >= 0, 1 <= max_blocks_per_req <= stride)",
+                      "%s: page_size = %d, num_pages = %lld, max_blocks_per_req = %d, block_table_stride = %lld (need "
+                      "page_size >= 1, num_pages >= 0, 1 <= max_blocks_per_req <= stride)",
                   fn, a->page_size, (long long)a->num_pages, a->max_blocks_per_req, (long long)a->block_table_stride);
   }
   if (a->num_tokens == 0) return DSA_OK;
@@ -148,7 +148,7 @@ dsa_status dsa_lse_combine(const dsa_lse_combine_args *a, cudaStream_t stream) {
   if (a->num_tokens < 0) return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: num_tokens = %d < 0", fn, a->num_tokens);
   if (a->parts_dtype != DSA_DTYPE_BF16 && a->parts_dtype != DSA_DTYPE_F32)
     return dsa_fail(DSA_ERR_UNSUPPORTED, "%s: parts_dtype = %d (DSA_DTYPE_BF16 or DSA_DTYPE_F32)", fn,
-                (int)a->parts_dtype);
+                    (int)a->parts_dtype);
   if (a->num_tokens == 0) return DSA_OK;
   NEED_PTR(a->outs, "outs");
   NEED_PTR(a->lses, "lses");

@@ -19,10 +19,10 @@ static dsa_status check_decode(const char *fn, const dsa_indexer_decode_args *a,
   if (a->num_reqs < 0) return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: num_reqs = %d < 0", fn, a->num_reqs);
   if (a->q_len_per_req < 1 || a->q_len_per_req > DSA_MAX_Q_LEN_PER_REQ)
     return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: q_len_per_req = %d (must be 1..%d)", fn, a->q_len_per_req,
-                DSA_MAX_Q_LEN_PER_REQ);
+                    DSA_MAX_Q_LEN_PER_REQ);
   if ((int64_t)a->num_reqs * a->q_len_per_req > INT32_MAX)
     return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: num_reqs = %d x q_len_per_req = %d overflows int", fn, a->num_reqs,
-                a->q_len_per_req);
+                    a->q_len_per_req);
   const int64_t tokens = (int64_t)a->num_reqs * a->q_len_per_req;
   CHECK(check_query(fn, &a->query, need_data, tokens));
   CHECK(check_cache(fn, &a->cache, need_data && tokens > 0));
@@ -31,17 +31,17 @@ static dsa_status check_decode(const char *fn, const dsa_indexer_decode_args *a,
     return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: max_blocks_per_req = %d (must be >= 1)", fn, a->max_blocks_per_req);
   if (a->block_table_stride < a->max_blocks_per_req)
     return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: block_table_stride = %lld < max_blocks_per_req = %d", fn,
-                (long long)a->block_table_stride, a->max_blocks_per_req);
+                    (long long)a->block_table_stride, a->max_blocks_per_req);
   if (a->max_seq_len < 0 || a->max_seq_len > DSA_MAX_ROW_LEN)
     return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: max_seq_len = %d (must be 0..DSA_MAX_ROW_LEN = %d)", fn,
-                a->max_seq_len, DSA_MAX_ROW_LEN);
+                    a->max_seq_len, DSA_MAX_ROW_LEN);
   const int64_t cap = (int64_t)a->max_blocks_per_req * a->cache.page_size;
   const int64_t len = a->max_seq_len > 0 && a->max_seq_len < cap ? a->max_seq_len : cap;
   if (len > DSA_MAX_ROW_LEN)
     return dsa_fail(DSA_ERR_INVALID_VALUE,
-                "%s: max_blocks_per_req = %d x page_size = %d = %lld positions exceeds DSA_MAX_ROW_LEN = %d "
-                "(pass max_seq_len to bound L)",
-                fn, a->max_blocks_per_req, a->cache.page_size, (long long)cap, DSA_MAX_ROW_LEN);
+                    "%s: max_blocks_per_req = %d x page_size = %d = %lld positions exceeds DSA_MAX_ROW_LEN = %d "
+                    "(pass max_seq_len to bound L)",
+                    fn, a->max_blocks_per_req, a->cache.page_size, (long long)cap, DSA_MAX_ROW_LEN);
   *max_len = (int)len;
   if (need_data && tokens > 0) {
     NEED_PTR(a->seq_lens, "seq_lens");
@@ -66,7 +66,7 @@ static dsa_status check_prefill(const char *fn, const dsa_indexer_prefill_args *
   CHECK(check_topk(fn, a->topk));
   if (a->num_workspace_rows < 0 || a->num_workspace_rows > DSA_MAX_ROW_LEN)
     return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: num_workspace_rows = %lld (must be 0..DSA_MAX_ROW_LEN = %d)", fn,
-                (long long)a->num_workspace_rows, DSA_MAX_ROW_LEN);
+                    (long long)a->num_workspace_rows, DSA_MAX_ROW_LEN);
   if (a->max_rows < 0) return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: max_rows = %d < 0", fn, a->max_rows);
   *max_len = (int)((a->max_rows > 0 && a->max_rows < a->num_workspace_rows) ? a->max_rows
                                                                               : a->num_workspace_rows);

@@ -16,10 +16,10 @@ static dsa_status check_plain_topk(const char *fn, const dsa_topk_args *a, int n
   if (a->num_rows < 0) return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: num_rows = %d < 0", fn, a->num_rows);
   if (a->max_len < 0 || a->max_len > DSA_MAX_ROW_LEN)
     return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: max_len = %d (must be 0..DSA_MAX_ROW_LEN = %d)", fn, a->max_len,
-                DSA_MAX_ROW_LEN);
+                    DSA_MAX_ROW_LEN);
   if (a->scores_stride < a->max_len)
     return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: scores_stride = %lld < max_len = %d", fn,
-                (long long)a->scores_stride, a->max_len);
+                    (long long)a->scores_stride, a->max_len);
   if (!need_data || a->num_rows == 0) return DSA_OK;
   if (a->max_len > 0) NEED_PTR(a->scores, "scores");
   NEED_ALIGNED(a->scores, 4, "scores");

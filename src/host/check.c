@@ -30,11 +30,11 @@ dsa_status check_extent(const char *fn, const char *name, const void *p, int64_t
   const int64_t max_elems = INT64_MAX / elem;
   if (row_len > max_elems || (rows > 1 && stride > (max_elems - row_len) / (rows - 1)))
     return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: %s spans %lld rows x stride %lld: more than 2^63 bytes", fn, name,
-                (long long)rows, (long long)stride);
+                    (long long)rows, (long long)stride);
   const uint64_t bytes = (uint64_t)((rows - 1) * stride + row_len) * (uint64_t)elem;
   if ((uintptr_t)p > UINTPTR_MAX - bytes)
     return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: %s = %p plus its %llu bytes wraps the address space", fn, name, p,
-                (unsigned long long)bytes);
+                    (unsigned long long)bytes);
   return DSA_OK;
 }
 
@@ -47,18 +47,18 @@ dsa_status check_array(const char *fn, const char *name, const void *p, int64_t 
 dsa_status check_query(const char *fn, const dsa_indexer_query *q, int need_data, int64_t num_tokens) {
   if (q->head_dim != DSA_INDEX_HEAD_DIM)
     return dsa_fail(DSA_ERR_UNSUPPORTED, "%s: query.head_dim = %d (only %d is supported)", fn, q->head_dim,
-                DSA_INDEX_HEAD_DIM);
+                    DSA_INDEX_HEAD_DIM);
   if (q->num_heads < 1 || q->num_heads > DSA_MAX_INDEX_HEADS)
     return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: query.num_heads = %d (must be 1..%d)", fn, q->num_heads,
-                DSA_MAX_INDEX_HEADS);
+                    DSA_MAX_INDEX_HEADS);
   if (q->q_dtype != DSA_DTYPE_BF16 && q->q_dtype != DSA_DTYPE_FP8_E4M3)
     return dsa_fail(DSA_ERR_UNSUPPORTED, "%s: query.q_dtype = %d (bf16 or fp8 e4m3)", fn, (int)q->q_dtype);
   if (q->weights_dtype != DSA_DTYPE_F32 && q->weights_dtype != DSA_DTYPE_BF16)
     return dsa_fail(DSA_ERR_UNSUPPORTED, "%s: query.weights_dtype = %d (float32 or bf16)", fn,
-                (int)q->weights_dtype);
+                    (int)q->weights_dtype);
   if (q->weights_stride < q->num_heads)
     return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: query.weights_stride = %lld < num_heads = %d", fn,
-                (long long)q->weights_stride, q->num_heads);
+                    (long long)q->weights_stride, q->num_heads);
   if (!isfinite(q->softmax_scale))
     return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: query.softmax_scale is not finite", fn);
   if (!need_data || num_tokens == 0) return DSA_OK;
@@ -80,13 +80,13 @@ dsa_status check_query(const char *fn, const dsa_indexer_query *q, int need_data
 dsa_status check_cache(const char *fn, const dsa_index_k_cache *c, int need_data) {
   if (c->page_size < 4 || c->page_size > 1024 || c->page_size % 4)
     return dsa_fail(DSA_ERR_UNSUPPORTED, "%s: cache.page_size = %d (must be a multiple of 4 in 4..1024)", fn,
-                c->page_size);
+                    c->page_size);
   if (c->num_pages < 0)
     return dsa_fail(DSA_ERR_INVALID_VALUE, "%s: cache.num_pages = %lld < 0", fn, (long long)c->num_pages);
   if (c->num_pages > INT32_MAX / c->page_size) /* divided, not multiplied: no overflow */
     return dsa_fail(DSA_ERR_INVALID_VALUE,
-                "%s: cache.num_pages = %lld x page_size %d exceeds 2^31-1 slots (slots are reported as int32)",
-                fn, (long long)c->num_pages, c->page_size);
+                    "%s: cache.num_pages = %lld x page_size %d exceeds 2^31-1 slots (slots are reported as int32)",
+                    fn, (long long)c->num_pages, c->page_size);
   if (!need_data) return DSA_OK;
   NEED_PTR(c->data, "cache.data");
   NEED_ALIGNED(c->data, 16, "cache.data");

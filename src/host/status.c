@@ -14,7 +14,7 @@
 static _Thread_local char g_msg[512];
 
 dsa_status dsa_fail(dsa_status st, const char *fmt, ...) {
-  va_list ap;
+                    va_list ap;
   va_start(ap, fmt);
   vsnprintf(g_msg, sizeof g_msg, fmt, ap);
   va_end(ap);

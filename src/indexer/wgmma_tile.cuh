@@ -116,10 +116,10 @@ static __device__ __forceinline__ void wt_stage_q(const dsa_scores_params &p, sc
 #define WT_F16_ATOM 8192 /* one 64-element K-atom of a 64-key tile: 64 rows x 128 B */
 #define WT_F16_KEYS (2 * WT_F16_ATOM) /* a tile's keys in f16: two K-atoms */
 
-/* bf16 q rows for the f16 scorer: row n's 128 values times 2^e (amax x 2^e in (2^13, 2^14], as v1:
- * f16 then holds every bf16 value of the row exactly), as two K-atoms [2][qrows][128 B], 128-byte
- * swizzled; qsc = 2^-e undoes it after the dot product. Weights as wt_stage_q. WT_QBATCH rows'
- * loads in flight a warp. */
+/* bf16 q rows for the f16 scorer: row n's 128 values times 2^e (amax x 2^e in (2^13, 2^14], as
+ * scores_mma.cu: f16 then holds every bf16 value of the row exactly), as two K-atoms
+ * [2][qrows][128 B], 128-byte swizzled; qsc = 2^-e undoes it after the dot product. Weights as
+ * wt_stage_q. WT_QBATCH rows' loads in flight a warp. */
 template <int HP>
 static __device__ __forceinline__ void wt_stage_q_f16(const dsa_scores_params &p, sc_group *grp, unsigned char *q_tile,
                                                       float *wq_smem, float *w_smem, float *qsc_smem, int qrows,
