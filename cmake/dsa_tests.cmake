@@ -4,6 +4,7 @@ enable_testing()
 
 add_executable(test_ref tests/test_ref.c)
 target_compile_options(test_ref PRIVATE ${DSA_WARNINGS})
+target_include_directories(test_ref PRIVATE tests/support) # rng.h
 target_link_libraries(test_ref PRIVATE dsa_ref)
 add_test(NAME dsa.ref COMMAND test_ref)
 
@@ -12,13 +13,25 @@ target_compile_options(test_api PRIVATE ${DSA_WARNINGS})
 target_link_libraries(test_api PRIVATE dsa_static)
 add_test(NAME dsa.api COMMAND test_api)
 
-# GPU tests: every kernel against the CPU reference (test_gpu); every device array filled with
-# garbage, outputs checked for sanity and guard bytes (test_gpu_garbage). Shared harness in tests/support.
-add_library(dsa_gpu_harness STATIC tests/support/gpu_harness.c)
+# ---- GPU tests: one program a stage, every kernel against the CPU reference -------------------------
+#   test_gpu_indexer    indexer decode and prefill: scores and top-k (dsa_indexer_*)
+#   test_gpu_topk       plain top-k (dsa_topk)
+#   test_gpu_attention  sparse MLA attention (dsa_sparse_mla)
+#   test_gpu_cache      the cache writers (dsa_index_k_store, dsa_mla_kv_store)
+#   test_gpu_api        across the stages: workspace one byte short, empty batches, CUDA graph capture
+#   test_gpu_garbage    every device array filled with garbage: outputs sane, guard bytes intact
+#   test_gpu_cp         context parallelism's single-GPU pieces and simulated ranks
+# What they share (tests/support): the harness (reporting, per-case memory, guards, check.h's
+# handler, the seeded dsa_rng), the indexer's and attention's problem builders, the row checks.
+add_library(dsa_gpu_harness STATIC tests/support/gpu_harness.c tests/support/indexer_problem.c
+                                   tests/support/mla_problem.c tests/support/row_checks.c
+                                   tests/support/score_rows.c)
 target_compile_options(dsa_gpu_harness PRIVATE ${DSA_WARNINGS})
 target_include_directories(dsa_gpu_harness PUBLIC tests/support)
-target_link_libraries(dsa_gpu_harness PUBLIC dsa_static dsa_ref m)
-foreach(prog test_gpu test_gpu_garbage test_gpu_cp)
+target_link_libraries(dsa_gpu_harness PUBLIC dsa_static dsa_support dsa_ref m)
+set(DSA_GPU_TESTS test_gpu_indexer test_gpu_topk test_gpu_attention test_gpu_cache test_gpu_api
+                  test_gpu_garbage test_gpu_cp)
+foreach(prog ${DSA_GPU_TESTS})
   add_executable(${prog} tests/${prog}.c)
   target_compile_options(${prog} PRIVATE ${DSA_WARNINGS})
   target_link_libraries(${prog} PRIVATE dsa_gpu_harness)
@@ -32,32 +45,49 @@ function(dsa_gpu_test name prog env)
     set_tests_properties(${name} PROPERTIES ENVIRONMENT "${env}")
   endif()
 endfunction()
-dsa_gpu_test(dsa.gpu test_gpu "")
-# The attention cases on each kernel forced (dsa.gpu runs the choice tables' kernels).
-dsa_gpu_test(dsa.gpu_attention_mma_split test_gpu "DSA_KERNEL=attention:mma_split;DSA_TEST_ONLY=MLA")
-dsa_gpu_test(dsa.gpu_attention_rows_as_m test_gpu "DSA_KERNEL=attention:rows_as_m;DSA_TEST_ONLY=MLA")
-dsa_gpu_test(dsa.gpu_attention_heads_as_m test_gpu "DSA_KERNEL=attention:heads_as_m;DSA_TEST_ONLY=MLA")
+# Each program on the choice tables' kernels.
+dsa_gpu_test(dsa.gpu_indexer test_gpu_indexer "")
+dsa_gpu_test(dsa.gpu_topk test_gpu_topk "")
+dsa_gpu_test(dsa.gpu_attention test_gpu_attention "")
+dsa_gpu_test(dsa.gpu_cache test_gpu_cache "")
+dsa_gpu_test(dsa.gpu_api test_gpu_api "")
 dsa_gpu_test(dsa.gpu_garbage test_gpu_garbage "")
 # context parallelism's single-GPU pieces: merge, LSE combine, simulated ranks against one GPU
 dsa_gpu_test(dsa.gpu_cp test_gpu_cp "")
-# dsa_cp on 2 GPUs through NCCL against one GPU (skipped with fewer than 2 GPUs)
+# The attention cases on each kernel forced.
+dsa_gpu_test(dsa.gpu_attention_mma_split test_gpu_attention "DSA_KERNEL=attention:mma_split")
+dsa_gpu_test(dsa.gpu_attention_rows_as_m test_gpu_attention "DSA_KERNEL=attention:rows_as_m")
+dsa_gpu_test(dsa.gpu_attention_heads_as_m test_gpu_attention "DSA_KERNEL=attention:heads_as_m")
+dsa_gpu_test(dsa.gpu_garbage_rows_as_m test_gpu_garbage "DSA_KERNEL=attention:rows_as_m;DSA_TEST_ONLY=attention")
+dsa_gpu_test(dsa.gpu_garbage_heads_as_m test_gpu_garbage "DSA_KERNEL=attention:heads_as_m;DSA_TEST_ONLY=attention")
+# the indexer cases on each scorer forced (the table: wgmma for prefill, wgmma_tma for FP8-q decode
+# with 64-key pages, mma otherwise)
+dsa_gpu_test(dsa.gpu_scores_mma test_gpu_indexer "DSA_KERNEL=scores:mma")
+dsa_gpu_test(dsa.gpu_scores_wgmma test_gpu_indexer "DSA_KERNEL=scores:wgmma")
+dsa_gpu_test(dsa.gpu_scores_wgmma_tma test_gpu_indexer "DSA_KERNEL=scores:wgmma_tma")
+# every top-k row with scores on the chain; rows up to 16,384 on the slices kernel instead of
+# registers: the plain top-k cases and the indexer's
+dsa_gpu_test(dsa.gpu_topk_chain test_gpu_topk "DSA_KERNEL=topk:chain")
+dsa_gpu_test(dsa.gpu_topk_slices test_gpu_topk "DSA_KERNEL=topk:slices")
+dsa_gpu_test(dsa.gpu_topk_chain_indexer test_gpu_indexer "DSA_KERNEL=topk:chain")
+dsa_gpu_test(dsa.gpu_topk_slices_indexer test_gpu_indexer "DSA_KERNEL=topk:slices")
+# the API cases (a workspace one byte short, empty batches, the CUDA graph of decode + attention) on
+# each forced kernel too: every kernel captured in a graph
+foreach(forced attention:mma_split attention:rows_as_m attention:heads_as_m scores:mma scores:wgmma
+        scores:wgmma_tma topk:chain topk:slices)
+  string(REPLACE ":" "_" _name ${forced})
+  dsa_gpu_test(dsa.gpu_api_${_name} test_gpu_api "DSA_KERNEL=${forced}")
+endforeach()
+# dsa_cp: its argument errors on the host (no GPU); the step on 2 GPUs through NCCL against one GPU
+# (skipped with fewer than 2 GPUs)
 if(DSA_HAVE_NCCL)
   add_executable(test_cp_nccl tests/test_cp_nccl.c tests/support/cp_problem.cu)
   target_compile_options(test_cp_nccl PRIVATE $<$<COMPILE_LANGUAGE:C>:${DSA_WARNINGS}>)
-  target_include_directories(test_cp_nccl PRIVATE tests/support src) # src: shard.h (cp_problem.cu)
-  target_link_libraries(test_cp_nccl PRIVATE dsa_cp_static)
+  target_include_directories(test_cp_nccl PRIVATE tests/support src) # src: common/shard.h (cp_problem.cu)
+  target_link_libraries(test_cp_nccl PRIVATE dsa_cp_static dsa_support)
+  add_test(NAME dsa.cp_errors COMMAND test_cp_nccl --host)
   dsa_gpu_test(dsa.cp_nccl test_cp_nccl "NCCL_NVLS_ENABLE=0")
 endif()
-dsa_gpu_test(dsa.gpu_garbage_rows_as_m test_gpu_garbage "DSA_KERNEL=attention:rows_as_m;DSA_TEST_ONLY=attention")
-dsa_gpu_test(dsa.gpu_garbage_heads_as_m test_gpu_garbage "DSA_KERNEL=attention:heads_as_m;DSA_TEST_ONLY=attention")
-# every top-k row with scores on the chain; rows up to 16,384 on the slices kernel instead of registers
-dsa_gpu_test(dsa.gpu_topk_chain test_gpu "DSA_KERNEL=topk:chain")
-dsa_gpu_test(dsa.gpu_topk_slices test_gpu "DSA_KERNEL=topk:slices")
-# the indexer cases on each scorer forced (the table: wgmma for prefill, wgmma_tma for FP8-q decode
-# with 64-key pages, mma otherwise)
-dsa_gpu_test(dsa.gpu_scores_mma test_gpu "DSA_KERNEL=scores:mma;DSA_TEST_ONLY=indexer")
-dsa_gpu_test(dsa.gpu_scores_wgmma test_gpu "DSA_KERNEL=scores:wgmma;DSA_TEST_ONLY=indexer")
-dsa_gpu_test(dsa.gpu_scores_wgmma_tma test_gpu "DSA_KERNEL=scores:wgmma_tma;DSA_TEST_ONLY=indexer")
 
 # ---- Host-layer tests that run without a GPU, under AddressSanitizer + UndefinedBehaviorSanitizer ----
 include(CheckCSourceCompiles)
@@ -95,6 +125,7 @@ target_link_libraries(fuzz_api_stub PRIVATE dsa_host_stub m)
 add_test(NAME dsa.fuzz_stub COMMAND fuzz_api_stub 2000000 20261130)
 
 add_executable(fuzz_api_real tests/fuzz_api.c)
+target_include_directories(fuzz_api_real PRIVATE tests/support) # rng.h
 target_link_libraries(fuzz_api_real PRIVATE dsa_host_san m)
 add_test(NAME dsa.fuzz_real COMMAND fuzz_api_real 1000000 20261201)
 # The CUDA driver maps memory where ASan keeps its shadow gap; the runtime's one-time allocations

@@ -1,44 +1,454 @@
 /*
- * mla_v3_modes.cu — where the v3 attention kernel (sparse_mla/v3_sm90.cu) spends its time, by
- * leaving work out: built with DSA_V3_MODES, the kernel can skip its row loads (mode 1: the producer
- * only publishes; FP8 still converts zeros) or its MMAs and softmax (mode 2: the consumers only
- * release tiles). Times each mode for a few shapes (events around 20 back-to-back launches, hot L2,
- * every index entry valid, random data; no check: the tests do that).
- * Then the phase stamps of CTA 0 (V3_STAMP in the kernel) of one more full launch: mean SM cycles
- * per chunk of each phase over chunks 4..27.
- * Usage: dsa-mla-v3-modes   (on the GPU machine; ~10 s)
+ * dev/attention_heads_as_m_modes.cu — where the heads_as_m attention kernel spends its time, by
+ * leaving work out. The library's file is compiled into this one (src/attention/heads_as_m.cu); its
+ * producer, its two consumer roles and its kernel are copied below with two switches (g_mode: 1 = no
+ * row loads, the producer only publishes (FP8 still converts zeros); 2 = no MMA / softmax, the
+ * consumers only release tiles) and SM-clock stamps of CTA 0, chunks < 32: 0 full seen, 1 QK done,
+ * 2 softmax done, 3 P free, 4 P stored, 5 PV done (warpgroup 0); 6 full seen, 7 P ready, 8 PV done
+ * (warpgroup 1); 9 tile free, 10 chunk published, 11 FP8: rows converted (producer). Keep the copies
+ * in step with the library's when it changes. Times each mode for a few shapes (events around 20
+ * back-to-back launches, hot L2, every index entry valid, random data; no check: the tests do that),
+ * then the mean SM cycles per chunk of each phase over chunks 4..27.
+ * Usage: dsa-dev-attention-heads-as-m-modes   (on the GPU machine; ~10 s)
  */
-#define DSA_V3_MODES 1
-#include "v3_sm90.cu"
+#include "attention/heads_as_m.cu"
 
 #include "mla_dev_inputs.h"
+
+__device__ int g_mode;
+__device__ unsigned g_trace[32][12];
+#define STAMP(c, k)                                                                                 \
+  do {                                                                                              \
+    if (blockIdx.x == 0 && (threadIdx.x & 127) == 0 && (c) < 32) g_trace[c][k] = (unsigned)clock(); \
+  } while (0)
+
+/* hm_produce_bf16, with the switch and the stamps */
+__device__ __forceinline__ void hmx_produce_bf16(const hm_params &p, const int32_t *idx_row, int end, int n,
+                                                uint32_t tile_u32, const mbar_ring &ring, int *valid_s, int w,
+                                                int lane) {
+  const int r4 = lane >> 3, pl = lane & 7;
+  int slot[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) slot[q] = mla_entry_slot(idx_row, 16 * w + 4 * q + r4, end, p.io.num_slots);
+  for (int c = 0; c < n; ++c) {
+    const int b = c & 1;
+    /* Chunk c-1 is published when it has landed: right after chunk c is issued if c's tile is
+     * already free (two chunks in flight), else before waiting for the tile, so that the
+     * consumers' next QK never waits on a tile they have yet to free. */
+    const bool tile_free = ring_test_empty<2>(ring, c);
+    bool published = c < 1;
+    if (!tile_free) {
+      ptx_cp_async_wait<0>();
+      ptx_fence_proxy_async_smem();
+      ptx_mbar_arrive(ring_full(ring, (c - 1) & 1));
+      STAMP(c - 1, 10);
+      published = true;
+      ring_wait_empty<2>(ring, c);
+    }
+    STAMP(c, 9);
+    const uint32_t tile = tile_u32 + b * HM_TILE;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int r = 16 * w + 4 * q + r4;
+      slot[q] = mla_slot_checked(slot[q], p.io.num_slots); /* loaded an iteration ago */
+      if (pl == 0) valid_s[b * HM_ROWS + r] = slot[q];
+      if (!(g_mode & 1)) {
+        const __nv_bfloat16 *src =
+            (const __nv_bfloat16 *)p.io.kv + (slot[q] >= 0 ? (int64_t)slot[q] * p.io.kv_stride : 0) + pl * 8;
+#pragma unroll
+        for (int kb = 0; kb < 9; ++kb)
+          ptx_cp_async_16(tile + hm_tile_off(r, 8 * kb + pl), src + 64 * kb, slot[q] >= 0 ? 16 : 0);
+      }
+    }
+    ptx_cp_async_commit();
+#pragma unroll
+    for (int q = 0; q < 4; ++q) slot[q] = mla_entry_raw(idx_row, (c + 1) * HM_ROWS + 16 * w + 4 * q + r4, end);
+    if (!published) { /* chunk c-1 has landed: publish it (chunk c stays in flight) */
+      ptx_cp_async_wait<1>();
+      ptx_fence_proxy_async_smem();
+      ptx_mbar_arrive(ring_full(ring, (c - 1) & 1));
+      STAMP(c - 1, 10);
+    }
+  }
+  if (n > 0) {
+    ptx_cp_async_wait<0>();
+    ptx_fence_proxy_async_smem();
+    ptx_mbar_arrive(ring_full(ring, (n - 1) & 1));
+  }
+}
+
+/* hm_produce_fp8, with the switch and the stamps */
+__device__ __forceinline__ void hmx_produce_fp8(const hm_params &p, const int32_t *idx_row, int end, int n,
+                                               uint32_t tile_u32, const mbar_ring &ring, int *valid_s, float *colf_s,
+                                               int w, int lane) {
+  const int r4 = lane >> 3, pl = lane & 7;
+  const uint8_t *kvb = (const uint8_t *)p.io.kv;
+  uint4 pay[4][4];
+  float sc[4]; /* lane p holds scale p & 3 of its row; shuffled to the row's lanes when used */
+  int slot[4], nslot[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    slot[q] = mla_entry_slot(idx_row, 16 * w + 4 * q + r4, end, p.io.num_slots);
+    const uint8_t *row = kvb + (int64_t)(slot[q] >= 0 ? slot[q] : 0) * MLA_FP8_SLOT_BYTES;
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      pay[q][j] = (slot[q] >= 0 && !(g_mode & 1)) ? ptx_ld_nc_v4(row + 128 * j + 16 * pl) : make_uint4(0, 0, 0, 0);
+    sc[q] = slot[q] >= 0 ? __ldg((const float *)(row + MLA_FP8_SCALE_OFF) + (pl & 3)) : 0.f;
+    nslot[q] = mla_entry_raw(idx_row, HM_ROWS + 16 * w + 4 * q + r4, end);
+  }
+  for (int c = 0; c < n; ++c) {
+    const int b = c & 1;
+    ring_wait_empty<2>(ring, c);
+    STAMP(c, 9);
+    const uint32_t tile = tile_u32 + b * HM_TILE;
+    /* rope (bf16) lands by cp.async while the e4m3 lines are converted; scaled by 2^-K_r in place below */
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint8_t *row = kvb + (int64_t)(slot[q] >= 0 ? slot[q] : 0) * MLA_FP8_SLOT_BYTES;
+      ptx_cp_async_16(tile + hm_tile_off(16 * w + 4 * q + r4, 64 + pl), row + MLA_FP8_ROPE_OFF + 16 * pl,
+                      slot[q] >= 0 ? 16 : 0);
+    }
+    ptx_cp_async_commit();
+    uint32_t fq[4]; /* 2^-K_r of each of this lane's rows, bf16x2 */
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int r = 16 * w + 4 * q + r4;
+      /* K_r = the largest binary exponent of the row's four scales: group g is stored as
+       * e4m3 x f16(scale_g 2^-K_r) (a multiplier below 2, values below 896), the rope as
+       * bf16 x 2^-K_r (exact), and 2^K_r goes to the consumers for the score and P */
+      int K = hm_ilogb(sc[q]);
+      K = max(K, __shfl_xor_sync(0xffffffffu, K, 1));
+      K = max(K, __shfl_xor_sync(0xffffffffu, K, 2));
+      K = min(max(K, -100), 100);
+      const float f = hm_pow2(-K);
+      fq[q] = ptx_f32x2_to_bf16x2(f, f);
+      const uint32_t mult_mine = ptx_f32x2_to_f16x2(sc[q] * f, sc[q] * f);
+      if (pl == 0) {
+        valid_s[b * HM_ROWS + r] = slot[q];
+        colf_s[b * HM_ROWS + r] = hm_pow2(K);
+      }
+      /* row r = 16w + 4q + r4: (r >> 3) * 1024 + (r & 7) * 128 = 2048w + 512q + 128 r4; the 16 dims
+       * of line j sit in segment 2j + (p >> 2), chunks 2(p & 3) and 2(p & 3) + 1, swizzled by r & 7 */
+      const uint32_t addr = tile + 2048 * w + 512 * q + 128 * r4 + (pl >> 2) * HM_SEG;
+      const uint32_t r7 = (uint32_t)(4 * (q & 1) + r4), ce = (uint32_t)(2 * (pl & 3));
+      const uint32_t off_e = ((ce ^ r7) << 4), off_o = (((ce + 1) ^ r7) << 4);
+      const bool odd_first = pl >= 4;
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        hm_store_fp8(addr + 2 * j * HM_SEG, odd_first ? off_o : off_e, odd_first ? off_e : off_o, odd_first, pay[q][j],
+                     __shfl_sync(0xffffffffu, mult_mine, (lane & 0x18) | j));
+      /* this row's registers are free: load the next chunk's row */
+      nslot[q] = mla_slot_checked(nslot[q], p.io.num_slots); /* loaded an iteration ago */
+      const uint8_t *nrow = kvb + (int64_t)(nslot[q] >= 0 ? nslot[q] : 0) * MLA_FP8_SLOT_BYTES;
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        pay[q][j] = (nslot[q] >= 0 && !(g_mode & 1)) ? ptx_ld_nc_v4(nrow + 128 * j + 16 * pl) : make_uint4(0, 0, 0, 0);
+      sc[q] = nslot[q] >= 0 ? __ldg((const float *)(nrow + MLA_FP8_SCALE_OFF) + (pl & 3)) : 0.f;
+      slot[q] = nslot[q];
+      nslot[q] = mla_entry_raw(idx_row, (c + 2) * HM_ROWS + 16 * w + 4 * q + r4, end); /* checked when used */
+    }
+    STAMP(c, 11);
+    ptx_cp_async_wait<0>();
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint32_t a = tile + hm_tile_off(16 * w + 4 * q + r4, 64 + pl);
+      const uint4 v = ptx_ld_shared_v4(a); /* bf16 x 2^-K_r: exact */
+      ptx_st_shared_v4(a, ptx_mul_bf16x2(v.x, fq[q]), ptx_mul_bf16x2(v.y, fq[q]), ptx_mul_bf16x2(v.z, fq[q]),
+                       ptx_mul_bf16x2(v.w, fq[q]));
+    }
+    ptx_fence_proxy_async_smem();
+    ptx_mbar_arrive(ring_full(ring, b));
+    STAMP(c, 10);
+  }
+}
+
+/* hm_consume_qk, with the switch and the stamps */
+template <bool FP8>
+__device__ __forceinline__ void hmx_consume_qk(const hm_params &p, const hm_ctx &x, int w, int lane) {
+  const int g = lane >> 2, qd = lane & 3, h0 = 16 * w + g;
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+  const float qs0 = FP8 ? p.scale_log2 * x.qexp_s[h0] : 0.f, qs1 = FP8 ? p.scale_log2 * x.qexp_s[h0 + 8] : 0.f;
+  for (int c = 0; c < x.n; ++c) {
+    const int b = c & 1;
+    ring_wait_full<2>(x.ring, c);
+    STAMP(c, 0);
+    const uint32_t kv_u32 = x.tile_u32 + b * HM_TILE;
+    if (g_mode & 2) {
+      ptx_mbar_arrive(ring_empty(x.ring, b));
+      continue;
+    }
+    /* ---- qk_tile: S[64 heads, 64 rows]; Q no-swizzle K-major, tile 128B-swizzle K-major; the
+     * descriptors advance by adding (byte offset >> 4) to the start-address field ---- */
+    float s[32];
+    const uint64_t dq = ptx_wgmma_desc(x.q_u32, 128, HM_RG), dk = ptx_wgmma_desc_sw128(kv_u32, 16, 1024);
+    ptx_wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < 36; ++k)
+      hm_wgmma_n64(FP8 && k < 32, s, dq + 16 * k, dk + (((k >> 2) * HM_SEG + (k & 3) * 32) >> 4), k > 0);
+    ptx_wgmma_commit();
+    ptx_wgmma_wait<0>();
+    STAMP(c, 1);
+    ptx_reg_fence(s);
+    ptx_reg_fence(o);
+    /* ---- online_softmax: a head row lives in one lane quad ---- */
+    /* FP8: S = (Q 2^-e_h).(K 2^-K_r): the score is S 2^e_h 2^K_r, both powers of two (exact) */
+    const int *valid = x.valid_s + b * HM_ROWS;
+    const float *colf = x.colf_s + b * HM_ROWS;
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = 8 * j + 2 * qd + (e & 1);
+        const bool ok = valid[col] >= 0;
+        const float f = FP8 ? ((e & 2) ? qs1 : qs0) * colf[col] : p.scale_log2;
+        s[4 * j + e] = ok ? s[4 * j + e] * f : -INFINITY;
+        if (e < 2) mx0 = fmaxf(mx0, s[4 * j + e]);
+        else mx1 = fmaxf(mx1, s[4 * j + e]);
+      }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+    const float b0 = n0 == -INFINITY ? 0.f : n0, b1 = n1 == -INFINITY ? 0.f : n1;
+    const float a0 = ptx_ex2(m0 - b0), a1 = ptx_ex2(m1 - b1);
+    m0 = n0;
+    m1 = n1;
+    float ps0 = 0.f, ps1 = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[4 * j + e] = ptx_ex2(s[4 * j + e] - ((e & 2) ? b1 : b0));
+        if (e < 2) ps0 += s[4 * j + e];
+        else ps1 += s[4 * j + e];
+      }
+    l0 = l0 * a0 + ps0; /* quad-partial sums, reduced at the end */
+    l1 = l1 * a1 + ps1;
+    if (FP8) { /* PV reads rows scaled by 2^-K_r: P's column r takes 2^K_r (clamped to the f16 range) */
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[4 * j + e] = fminf(s[4 * j + e] * colf[8 * j + 2 * qd + (e & 1)], 65504.f);
+    }
+    /* ---- P (bf16) and alpha to shared memory, for both warpgroups' PV ---- */
+    STAMP(c, 2);
+    if (c >= 1) ptx_bar_sync(HM_BAR_P_FREE, 256);
+    STAMP(c, 3); /* warpgroup 1 is done with P(c-1) and alpha(c-1) */
+    {
+      const int mi = lane >> 3, ri = lane & 7;
+#pragma unroll
+      for (int jp = 0; jp < 4; ++jp) {
+        /* matrices: (heads 16w.., rows 16jp..), (heads 16w+8.., 16jp..), (16w.., 16jp+8..), (16w+8.., 16jp+8..) */
+        const uint32_t x0 = hm_pack<FP8>(s[8 * jp + 0], s[8 * jp + 1]);
+        const uint32_t x1 = hm_pack<FP8>(s[8 * jp + 2], s[8 * jp + 3]);
+        const uint32_t x2 = hm_pack<FP8>(s[8 * jp + 4], s[8 * jp + 5]);
+        const uint32_t x3 = hm_pack<FP8>(s[8 * jp + 6], s[8 * jp + 7]);
+        const uint32_t addr = x.p_u32 + (2 * w + (mi & 1)) * 1024 + (2 * jp + (mi >> 1)) * 128 + ri * 16;
+        ptx_stmatrix_x4(addr, x0, x1, x2, x3);
+      }
+    }
+    if (qd == 0) {
+      x.alpha_s[h0] = a0;
+      x.alpha_s[h0 + 8] = a1;
+    }
+    ptx_fence_proxy_async_smem();
+    ptx_bar_sync(HM_BAR_P_READY, 256); /* P(c), alpha(c) ready for both warpgroups' PV (warpgroup 1 is already waiting) */
+    STAMP(c, 4);
+    hm_rescale(o, a0, a1);
+    hm_pv_issue<FP8>(o, x.p_u32, kv_u32, 0);
+    ptx_wgmma_wait<0>();
+    STAMP(c, 5);
+    ptx_reg_fence(o);
+    ptx_mbar_arrive(ring_empty(x.ring, b));
+  }
+  ptx_griddep_launch_dependents();
+  /* ---- epilogue: quad sums -> l for both warpgroups, lse ---- */
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  if (x.splits > 1) { /* (m, l) and O to shared memory for the cluster merge (hm_merge_splits) */
+    ptx_bar_sync(HM_BAR_EPILOGUE, 256); /* warpgroup 1 has read its last alpha: (m, l) may overwrite it */
+    if (qd == 0) {
+      float2 *ml = (float2 *)x.alpha_s; /* HM_ML_OFF */
+      ml[h0] = make_float2(m0, l0);
+      ml[h0 + 8] = make_float2(m1, l1);
+    }
+    hm_stage_o(x, o, h0, qd, 0);
+    return;
+  }
+  if (qd == 0) {
+    x.l_s[h0] = l0;
+    x.l_s[h0 + 8] = l1;
+    const int H = p.num_heads;
+    if (p.io.lse) {
+      if (x.head0 + h0 < H) p.io.lse[x.t * H + x.head0 + h0] = mla_lse(m0, l0);
+      if (x.head0 + h0 + 8 < H)
+        p.io.lse[x.t * H + x.head0 + h0 + 8] = mla_lse(m1, l1);
+    }
+  }
+  ptx_bar_sync(HM_BAR_EPILOGUE, 256);
+  hm_store_out(p, x, o, h0, qd, 0);
+}
+
+/* hm_consume_pv, with the switch and the stamps */
+template <bool FP8>
+__device__ __forceinline__ void hmx_consume_pv(const hm_params &p, const hm_ctx &x, int w, int lane) {
+  const int g = lane >> 2, qd = lane & 3, h0 = 16 * w + g;
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.f;
+  for (int c = 0; c < x.n; ++c) {
+    const int b = c & 1;
+    ring_wait_full<2>(x.ring, c);
+    STAMP(c, 6);
+    if (!(g_mode & 2)) {
+      ptx_bar_sync(HM_BAR_P_READY, 256);
+      STAMP(c, 7);
+      hm_rescale(o, x.alpha_s[h0], x.alpha_s[h0 + 8]);
+      hm_pv_issue<FP8>(o, x.p_u32, x.tile_u32 + b * HM_TILE, 256);
+      ptx_wgmma_wait<0>();
+      STAMP(c, 8);
+      ptx_reg_fence(o);
+    }
+    ptx_mbar_arrive(ring_empty(x.ring, b));
+    /* done with P(c) and alpha(c): warpgroup 0 may write the next ones (both sides bar.sync, so
+     * the hand-off is one a race checker can follow) */
+    if (!(g_mode & 2) && c + 1 < x.n) ptx_bar_sync(HM_BAR_P_FREE, 256);
+  }
+  ptx_bar_sync(HM_BAR_EPILOGUE, 256);
+  if (x.splits > 1) hm_stage_o(x, o, h0, qd, 256);
+  else hm_store_out(p, x, o, h0, qd, 256);
+}
+
+/* hm_attention_kernel on the copies */
+template <bool FP8>
+__global__ void __launch_bounds__(HM_THREADS, 1) hmx_attention_kernel(const hm_params p) {
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t raw_u32 = ptx_smem_u32(smem_raw);
+  const uint32_t s_u32 = (raw_u32 + 1023u) & ~1023u;
+  uint8_t *smem = smem_raw + (s_u32 - raw_u32);
+  const uint32_t q_u32 = s_u32 + HM_Q_OFF, tile_u32 = s_u32 + HM_TILE_OFF, p_u32 = s_u32 + HM_P_OFF;
+  int *valid_s = (int *)(smem + HM_VALID_OFF);
+  float *alpha_s = (float *)(smem + HM_ALPHA_OFF);
+  float *l_s = (float *)(smem + HM_L_OFF);
+  float *colf_s = (float *)(smem + HM_COLF_OFF), *qexp_s = (float *)(smem + HM_QEXP_OFF);
+  mbar_ring ring;
+  ring.full = s_u32 + HM_BAR_OFF;
+  ring.empty = ring.full + 16;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int split = (int)(blockIdx.x % p.splits); /* = the rank in the cluster */
+  const int64_t unit = blockIdx.x / p.splits;
+  const int group = (int)(unit % p.num_groups);
+  const int64_t t = p.token_offset + unit / p.num_groups;
+  const int head0 = group * HM_HEADS;
+
+  if (tid == 0) ring_init(ring, 2, 128, 256);
+  __syncthreads();
+  ptx_griddep_wait();
+
+  int end = p.topk;
+  if (p.io.lens) end = min(end, max(__ldg(p.io.lens + t), 0));
+  const int n_all = end > 0 ? (end + HM_ROWS - 1) / HM_ROWS : 0;
+  /* this split's chunks: [c0, c0 + n) of the token's n_all; entries counted from c0's first */
+  const int per = (n_all + p.splits - 1) / p.splits, c0 = split * per;
+  const int n = max(0, min(per, n_all - c0));
+  end = min(end - c0 * HM_ROWS, n * HM_ROWS);
+  const int32_t *idx_row = p.io.indices + t * p.io.indices_stride + (int64_t)c0 * HM_ROWS;
+
+  if (warp >= 8) {
+    const int w = warp - 8;
+    if (!FP8) {
+      ptx_setmaxnreg_dec<HM_REG_PRODUCER(false)>();
+      hmx_produce_bf16(p, idx_row, end, n, tile_u32, ring, valid_s, w, lane);
+    } else {
+      ptx_setmaxnreg_dec<HM_REG_PRODUCER(true)>();
+      hmx_produce_fp8(p, idx_row, end, n, tile_u32, ring, valid_s, colf_s, w, lane);
+    }
+    if (p.splits > 1) { /* the merge's two cluster barriers count every thread */
+      ptx_cluster_sync();
+      ptx_cluster_sync();
+    }
+    return;
+  }
+
+  const int cw = warp >> 2;
+  hm_load_q<FP8>(p, smem, qexp_s, t, head0, warp, lane);
+  ptx_fence_proxy_async_smem();
+  ptx_bar_sync(HM_BAR_Q_LOADED, 256);
+  hm_ctx x;
+  x.q_u32 = q_u32;
+  x.tile_u32 = tile_u32;
+  x.p_u32 = p_u32;
+  x.ring = ring;
+  x.valid_s = valid_s;
+  x.alpha_s = alpha_s;
+  x.l_s = l_s;
+  x.colf_s = colf_s;
+  x.qexp_s = qexp_s;
+  x.n = n;
+  x.head0 = head0;
+  x.splits = p.splits;
+  x.t = t;
+  if (cw == 0) {
+    ptx_setmaxnreg_inc<HM_REG_QK(FP8)>(); /* O half, S and the softmax */
+    hmx_consume_qk<FP8>(p, x, warp & 3, lane);
+    if (p.splits > 1) { /* warpgroup 0 merges; warpgroup 1 only joins the cluster barriers */
+      ptx_cluster_sync(); /* every CTA of the (token, group) has its (m, l, O) staged */
+      if (p.splits == 2) hm_merge_splits<2>(p, s_u32, t, head0, tid);
+      else if (p.splits == 4) hm_merge_splits<4>(p, s_u32, t, head0, tid);
+      else hm_merge_splits<8>(p, s_u32, t, head0, tid);
+      ptx_cluster_sync(); /* peers may still read this CTA's staging */
+    }
+  } else {
+    if (HM_REG_PV(FP8) > 168) ptx_setmaxnreg_inc<(HM_REG_PV(FP8) > 168 ? HM_REG_PV(FP8) : 168)>();
+    hmx_consume_pv<FP8>(p, x, warp & 3, lane);
+    if (p.splits > 1) {
+      ptx_cluster_sync();
+      ptx_cluster_sync();
+    }
+  }
+}
 
 static void run(int fp8, int T, int H) {
   const int64_t S = 20000;
   const int topk = 2048;
-  uint64_t seed = 7;
+  dsa_rng r = dsa_rng_make(7, 0);
   const size_t row = fp8 ? 656 : 1152, kv_bytes = (size_t)S * row;
   uint8_t *kv = (uint8_t *)malloc(kv_bytes);
-  mla_dev_kv(kv, S, fp8, &seed);
+  mla_dev_kv(kv, S, fp8, &r);
   int32_t *idx = (int32_t *)malloc(4 * (size_t)T * topk);
-  mla_dev_indices(idx, (size_t)T * topk, S, &seed);
-  void *dkv, *dq, *didx, *dout;
-  CK(cudaMalloc(&dkv, kv_bytes));
+  mla_dev_indices(idx, (size_t)T * topk, S, &r);
+  void *dkv = mla_dev_put(kv, kv_bytes), *didx = mla_dev_put(idx, 4 * (size_t)T * topk), *dq, *dout;
   CK(cudaMalloc(&dq, 2 * (size_t)T * H * 576));
-  CK(cudaMalloc(&didx, 4 * (size_t)T * topk));
   CK(cudaMalloc(&dout, 2 * (size_t)T * H * 512));
-  CK(cudaMemcpy(dkv, kv, kv_bytes, cudaMemcpyHostToDevice));
   CK(cudaMemset(dq, 0x3C, 2 * (size_t)T * H * 576)); /* bf16 0x3C3C ~ 0.0115 */
-  CK(cudaMemcpy(didx, idx, 4 * (size_t)T * topk, cudaMemcpyHostToDevice));
   const dsa_sparse_mla_args a =
       mla_dev_args(dq, T, H, dkv, fp8 ? DSA_KV_FP8_PACKED : DSA_KV_BF16, S, didx, topk, dout, NULL);
-  dsa_mla_plan pl; /* what plan.c makes for v3 (not linked here: the kernel is this file's own build) */
-  memset(&pl, 0, sizeof pl);
-  pl.kernel = DSA_MLA_KERNEL_V3;
-  pl.mt = 4;
-  pl.groups = (H + 63) / 64;
-  pl.num_blocks = pl.blocks_per_split = topk / 64;
-  pl.splits = 1;
+  hm_params prm;
+  memset(&prm, 0, sizeof prm);
+  prm.io = mla_io_of(&a);
+  prm.io.num_slots = mla_slots_cap(a.num_slots);
+  prm.scale_log2 = mla_scale_log2(&a);
+  prm.topk = topk;
+  prm.num_heads = H;
+  prm.num_groups = (H + 63) / 64;
+  prm.splits = 1;
+  static dsa_smem_cache cache_fp8, cache_bf16;
+  auto launch = [&]() {
+    if (fp8)
+      CK(dsa_launch_smem(hmx_attention_kernel<true>, &cache_fp8, dim3((unsigned)(T * prm.num_groups)), HM_THREADS,
+                         HM_SMEM, 0, true, prm));
+    else
+      CK(dsa_launch_smem(hmx_attention_kernel<false>, &cache_bf16, dim3((unsigned)(T * prm.num_groups)), HM_THREADS,
+                         HM_SMEM, 0, true, prm));
+  };
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
@@ -47,22 +457,22 @@ static void run(int fp8, int T, int H) {
     const char *name;
   } modes[] = {{0, "full kernel"}, {1, "no row loads"}, {2, "no MMA / softmax"}};
   for (size_t m = 0; m < sizeof modes / sizeof modes[0]; ++m) {
-    g_v3_mode = modes[m].mode;
-    for (int i = 0; i < 3; ++i) CK(dsa_sparse_mla_v3_launch(&a, &pl, 0));
+    CK(cudaMemcpyToSymbol(g_mode, &modes[m].mode, sizeof(int)));
+    for (int i = 0; i < 3; ++i) launch();
     CK(cudaEventRecord(e0));
-    for (int i = 0; i < 20; ++i) CK(dsa_sparse_mla_v3_launch(&a, &pl, 0));
+    for (int i = 0; i < 20; ++i) launch();
     CK(cudaEventRecord(e1));
     CK(cudaEventSynchronize(e1));
     float ms = 0.f;
     CK(cudaEventElapsedTime(&ms, e0, e1));
     const double us = 1000.0 * ms / 20, flop = 2.0 * T * H * (double)topk * (576 + 512);
-    printf("v3 %-4s %5d tokens x %3d heads  %-19s %9.1f us  %6.1f TFLOP/s\n", fp8 ? "fp8" : "bf16", T, H, modes[m].name,
-           us, flop / us * 1e-6);
+    printf("heads_as_m %-4s %5d tokens x %3d heads  %-19s %9.1f us  %6.1f TFLOP/s\n", fp8 ? "fp8" : "bf16", T, H,
+           modes[m].name, us, flop / us * 1e-6);
     if (modes[m].mode == 2) continue;
     /* phase stamps of CTA 0 (the last launch's) */
     CK(cudaDeviceSynchronize());
     unsigned tr[32][12];
-    CK(cudaMemcpyFromSymbol(tr, g_v3_trace, sizeof tr));
+    CK(cudaMemcpyFromSymbol(tr, g_trace, sizeof tr));
     double d[12] = {0};
     const int c0 = 4, c1 = 28;
     for (int c = c0; c < c1; ++c) {
@@ -99,8 +509,8 @@ static void run(int fp8, int T, int H) {
 int main(void) {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    printf("dsa-mla-v3-modes: no CUDA device\n");
-    return 0;
+    printf("dsa-dev-attention-heads-as-m-modes: no CUDA device\n");
+    return 77;
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
   for (int fp8 = 1; fp8 >= 0; --fp8) {

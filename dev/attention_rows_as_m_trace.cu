@@ -1,68 +1,138 @@
 /*
- * trace_mla_v2.cu — where one CTA of the v2 attention kernel (sparse_mla/v2_sm90.cu) spends its time.
- * Builds that kernel with DSA_V2_TRACE = 0: thread 0 of each warpgroup of CTA 0 stores clock64()
- * at the phase boundaries (consumer: chunk landed, QK done, P^T stored, PV done; producer: buffer
- * free, halves stored, chunk published; then the cluster merge). Prints SM cycles since kernel
- * entry for a few shapes, packed FP8 KV, random data (no check: the tests do that).
- * Usage: dsa-trace-mla   (on the GPU machine; ~5 s)
+ * dev/attention_rows_as_m_trace.cu — where one CTA of the rows_as_m attention kernel spends its
+ * time, by phase. The library's file is compiled into this one (src/attention/rows_as_m.cu); the
+ * traced kernel below is a copy of its kernel body — the phases called in the same order — with
+ * thread 0 of each warpgroup of CTA 0 storing clock64() at the phase boundaries: entry, griddep
+ * released, the role done (the producer's last chunk published / the consumer's last PV), O staged,
+ * the cluster barrier, the merge, exit. Keep the copy in step with the library's kernel when its
+ * orchestration changes. (A per-chunk version of this trace lived in the kernel itself before the
+ * kernels carried no trace hooks; git history has it.) Prints SM cycles since kernel entry for a
+ * few shapes, packed FP8 KV, random data (no check: the tests do that).
+ * Usage: dsa-dev-attention-rows-as-m-trace   (on the GPU machine; ~5 s)
  */
-#define DSA_V2_TRACE 0
-#include "v2_sm90.cu"
+#include "attention/rows_as_m.cu"
+
+#include <vector>
 
 #include "mla_dev_inputs.h"
+
+#define RM_TRACE_WG 4 /* warpgroups a CTA at most (32 heads: two consumers and the producer) */
+#define RM_TRACE_N 8
+__device__ long long g_trace[RM_TRACE_WG][RM_TRACE_N];
+#define TRACE(i)                                                                             \
+  do {                                                                                       \
+    if (blockIdx.x == 0 && (threadIdx.x & 127) == 0) g_trace[threadIdx.x >> 7][i] = clock64(); \
+  } while (0)
+
+/* rm_attention_kernel, stamped. */
+template <int HN, bool FP8>
+__global__ void __launch_bounds__(rm_cfg<HN, FP8>::THREADS, 1) rm_traced_kernel(const rm_params p) {
+  typedef rm_cfg<HN, FP8> C;
+  constexpr int NA = C::NACC;
+  extern __shared__ __align__(1024) uint8_t smem[];
+  rm_smem m;
+  m.q_s = smem + C::Q_OFF;
+  m.tile_s = smem + C::TILE_OFF;
+  m.p_s = smem + C::P_OFF;
+  m.sc_s = (float *)(smem + C::SC_OFF);
+  m.slot_s = (int *)(smem + C::SLOT_OFF);
+  m.red_s = (float *)(smem + C::RED_OFF);
+  m.qinv_s = (float *)(smem + C::QINV_OFF);
+  m.ml_s = (float2 *)(smem + C::ML_OFF);
+  m.ost_s = (float *)m.tile_s;
+  m.ring.full = ptx_smem_u32(smem + C::BAR_OFF);
+  m.ring.empty = m.ring.full + 16;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  int64_t cta = blockIdx.x;
+  const int split = (int)(cta % p.splits);
+  cta /= p.splits;
+  const int group = (int)(cta % p.num_groups);
+  const int64_t t = p.token_offset + cta / p.num_groups;
+  const int head0 = group * HN;
+  TRACE(0);
+  if (tid == 0) ring_init(m.ring, 2, 128, 128 * C::CWG);
+  __syncthreads();
+  ptx_griddep_wait();
+  TRACE(1);
+  int begin, end;
+  const int nchunks = rm_range(p, t, split, &begin, &end);
+  const int32_t *idx_row = p.io.indices + t * p.io.indices_stride;
+  float m_run[C::NCOL], l_run[C::NCOL];
+  float o[8][NA];
+  float smax_run[4] = {0.f, 0.f, 0.f, 0.f};
+  if (warp >= 4 * C::CWG) {
+    const int w = warp - 4 * C::CWG;
+    for (int i = tid - 128 * C::CWG; i < nchunks * RM_ROWS; i += 128)
+      m.slot_s[i] = mla_entry_slot(idx_row, begin + i, end, p.io.num_slots);
+    ptx_bar_sync(C::BAR_PRODUCER, 128);
+    if (FP8) rm_produce_fp8<HN, FP8>(p, m, nchunks, w, lane);
+    else rm_produce_bf16(p, m, nchunks, w, lane);
+  } else {
+    rm_consume<HN, FP8>(p, m, t, head0, nchunks, warp, lane, m_run, l_run, o, smax_run);
+  }
+  TRACE(2);
+  ptx_griddep_launch_dependents();
+  __syncthreads();
+  if (warp < 4 * C::CWG) rm_stage_partials<HN, FP8>(m, warp, lane, m_run, l_run, o, smax_run);
+  TRACE(3);
+  ptx_cluster_sync();
+  TRACE(4);
+  rm_merge_splits<HN, FP8>(p, m, t, head0, tid);
+  TRACE(5);
+  ptx_cluster_sync();
+  TRACE(6);
+}
+
+template <int HN>
+static void traced_launch(const rm_params &prm, unsigned ctas, cudaStream_t st) {
+  static dsa_smem_cache cache;
+  CK(dsa_launch_smem_cluster(rm_traced_kernel<HN, true>, &cache, dim3(ctas), rm_cfg<HN, true>::THREADS,
+                             rm_cfg<HN, true>::SMEM_BYTES, st, true, (unsigned)prm.splits, prm));
+}
 
 static void trace(int T, int H, int splits, const char *name) {
   const int64_t S = 1 << 17;
   const int topk = 2048, nblk = topk / 64;
-  uint64_t seed = 1;
-  uint8_t *kv = (uint8_t *)malloc((size_t)S * 656);
-  mla_dev_kv(kv, S, 1, &seed);
-  uint16_t *q = (uint16_t *)malloc((size_t)T * H * 576 * 2);
-  mla_dev_q(q, (size_t)T * H * 576, &seed);
-  int32_t *idx = (int32_t *)malloc((size_t)T * topk * 4);
-  mla_dev_indices(idx, (size_t)T * topk, S, &seed);
-  void *dkv, *dq, *didx, *dout;
+  dsa_rng r = dsa_rng_make(1, 0);
+  std::vector<uint8_t> kv((size_t)S * 656);
+  mla_dev_kv(kv.data(), S, 1, &r);
+  std::vector<uint16_t> q((size_t)T * H * 576);
+  mla_dev_q(q.data(), q.size(), &r);
+  std::vector<int32_t> idx((size_t)T * topk);
+  mla_dev_indices(idx.data(), idx.size(), S, &r);
+  void *dkv = mla_dev_put(kv.data(), kv.size()), *dq = mla_dev_put(q.data(), q.size() * 2);
+  void *didx = mla_dev_put(idx.data(), idx.size() * 4), *dout;
   float *dlse;
-  CK(cudaMalloc(&dkv, (size_t)S * 656));
-  CK(cudaMalloc(&dq, (size_t)T * H * 576 * 2));
-  CK(cudaMalloc(&didx, (size_t)T * topk * 4));
   CK(cudaMalloc(&dout, (size_t)T * H * 512 * 2));
   CK(cudaMalloc(&dlse, (size_t)T * H * 4));
-  CK(cudaMemcpy(dkv, kv, (size_t)S * 656, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(dq, q, (size_t)T * H * 576 * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(didx, idx, (size_t)T * topk * 4, cudaMemcpyHostToDevice));
-
   const dsa_sparse_mla_args a = mla_dev_args(dq, T, H, dkv, DSA_KV_FP8_PACKED, S, didx, topk, dout, dlse);
-  dsa_mla_plan pl;
-  pl.kernel = DSA_MLA_KERNEL_SM90;
-  pl.mt = H <= 16 ? 1 : 2;
-  pl.groups = (H + 16 * pl.mt - 1) / (16 * pl.mt);
-  pl.num_blocks = nblk;
-  pl.splits = splits;
-  pl.blocks_per_split = nblk / splits;
-  for (int i = 0; i < 3; ++i) CK((cudaError_t)dsa_sparse_mla_v2_launch(&a, &pl, 0));
-  CK(cudaDeviceSynchronize());
-  CK((cudaError_t)dsa_sparse_mla_v2_launch(&a, &pl, 0)); /* the traced one, alone */
-  CK(cudaDeviceSynchronize());
-  long long tr[512];
-  CK(cudaMemcpyFromSymbol(tr, g_v2_trace, sizeof tr));
-  const long long t0 = tr[0];
-  printf("== %s: %d tokens x %d heads, cluster of %d, %d chunks a CTA (SM cycles since entry)\n", name, T, H, splits,
-         nblk / splits);
-  printf("  griddep %lld, producer slots ready %lld, consumer Q ready %lld\n", tr[1] - t0, tr[200] - t0, tr[2] - t0);
-  const int n = nblk / splits;
-  for (int c = 0; c < n; ++c) {
-    if (c > 3 && c < n - 2) continue;
-    printf("  chunk %2d  producer: free %7lld  half0 %7lld  half1 %7lld  published %7lld | consumer: landed %7lld  "
-           "QK %7lld  P %7lld  PV %7lld\n",
-           c, tr[211 + 3 * c] - t0, tr[400 + 2 * c] - t0, tr[401 + 2 * c] - t0, tr[212 + 3 * c] - t0,
-           tr[10 + 4 * c] - t0, tr[11 + 4 * c] - t0, tr[12 + 4 * c] - t0, tr[13 + 4 * c] - t0);
+  rm_params prm;
+  memset(&prm, 0, sizeof prm);
+  prm.io = mla_io_of(&a);
+  prm.scale_log2 = mla_scale_log2(&a);
+  prm.topk = topk;
+  prm.num_heads = H;
+  prm.num_groups = (H + (H <= 16 ? 16 : 32) - 1) / (H <= 16 ? 16 : 32);
+  prm.splits = splits;
+  prm.blocks_per_split = nblk / splits;
+  prm.num_blocks = nblk;
+  const unsigned ctas = (unsigned)(T * prm.num_groups * splits);
+  for (int i = 0; i < 4; ++i) { /* the last one is read */
+    if (H <= 16) traced_launch<16>(prm, ctas, 0);
+    else traced_launch<32>(prm, ctas, 0);
+    CK(cudaDeviceSynchronize());
   }
-  printf("  all done %lld, cluster barrier %lld, merged %lld, exit barrier %lld\n", tr[3] - t0, tr[4] - t0,
-         tr[5] - t0, tr[6] - t0);
-  free(kv);
-  free(q);
-  free(idx);
+  long long tr[RM_TRACE_WG][RM_TRACE_N];
+  CK(cudaMemcpyFromSymbol(tr, g_trace, sizeof tr));
+  const int wgs = (H <= 16 ? 1 : 2) + 1;
+  printf("== %s: %d tokens x %d heads, cluster of %d, %d chunks a CTA (CTA 0, SM cycles since entry)\n", name, T, H,
+         splits, nblk / splits);
+  const char *names[6] = {"griddep", "role done", "O staged", "cluster barrier", "merged", "exit"};
+  for (int w = 0; w < wgs; ++w) {
+    printf("  %-11s", w == wgs - 1 ? "producer" : w == 0 ? "consumer 0" : "consumer 1");
+    for (int k = 1; k <= 6; ++k) printf("  %s %7lld", names[k - 1], tr[w][k] - tr[w][0]);
+    printf("\n");
+  }
   CK(cudaFree(dkv));
   CK(cudaFree(dq));
   CK(cudaFree(didx));
@@ -73,11 +143,11 @@ static void trace(int T, int H, int splits, const char *name) {
 int main(void) {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    printf("dsa-trace-mla: no CUDA device\n");
+    printf("dsa-dev-attention-rows-as-m-trace: no CUDA device\n");
     return 77;
   }
   trace(1, 16, 8, "decode 1 x 16 heads");
   trace(64, 16, 2, "decode 64 x 16 heads");
-  trace(128, 128, 1, "decode 128 x 128 heads");
+  trace(64, 32, 1, "decode 64 x 32 heads");
   return 0;
 }

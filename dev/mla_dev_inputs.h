@@ -1,7 +1,7 @@
 /*
- * mla_dev_inputs.h — what the attention development tools (dsa-trace-mla, dsa-trace-mla-v1,
- * dsa-mla-v3-modes) share: CK, a 64-bit LCG, random inputs drawn from it in the caller's order —
- * KV rows, q, index rows — and the attention call they time. No check here: the tests do that.
+ * dev/mla_dev_inputs.h — what the attention development tools share: random inputs drawn from the
+ * one generator (tests/support/rng.h) in the caller's order — KV rows, q, index rows — and the
+ * attention call they time. No check here: the tests do that.
  */
 #pragma once
 #include <cuda_runtime.h>
@@ -10,48 +10,36 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "dsa.h"
+#include "rng.h"
 
-#define CK(x)                                                                                \
-  do {                                                                                       \
-    cudaError_t e_ = (cudaError_t)(x);                                                       \
-    if (e_ != cudaSuccess) {                                                                 \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));   \
-      exit(1);                                                                               \
-    }                                                                                        \
-  } while (0)
-
-static uint32_t lcg(uint64_t *s) {
-  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-  return (uint32_t)(*s >> 33);
-}
-
-/* S KV rows: packed FP8 (656 B: finite e4m3 codes, scales 0.01 .. 0.04, 64 bf16 rope values in
- * [0.0078, 0.0156)) or dense bf16 (576 values in that range). */
-static void mla_dev_kv(uint8_t *kv, int64_t S, int fp8, uint64_t *seed) {
+/* S KV rows: packed FP8 (656 B: finite positive e4m3 codes (code & 0x77), scales 0.01 .. 0.04 by
+ * group, 64 bf16 rope values in [0.0078, 0.0156)) or dense bf16 (576 values in that range). */
+static void mla_dev_kv(uint8_t *kv, int64_t S, int fp8, dsa_rng *r) {
   const size_t row = fp8 ? 656 : 1152;
-  for (int64_t r = 0; r < S; ++r) {
-    uint8_t *p = kv + (size_t)r * row;
+  for (int64_t i = 0; i < S; ++i) {
+    uint8_t *p = kv + (size_t)i * row;
     if (fp8) {
-      for (int i = 0; i < 512; ++i) p[i] = (uint8_t)(lcg(seed) & 0x77);
+      for (int j = 0; j < 512; ++j) p[j] = (uint8_t)(dsa_rng_next(r) & 0x77);
       const float sc[4] = {0.01f, 0.02f, 0.03f, 0.04f};
       memcpy(p + 512, sc, 16);
     }
-    for (int i = 0; i < (fp8 ? 64 : 576); ++i) {
-      const uint16_t b = (uint16_t)(0x3c00 + (lcg(seed) & 0xff));
-      memcpy(p + (fp8 ? 528 : 0) + 2 * i, &b, 2);
+    for (int j = 0; j < (fp8 ? 64 : 576); ++j) {
+      const uint16_t b = (uint16_t)(0x3c00 + (dsa_rng_next(r) & 0xff));
+      memcpy(p + (fp8 ? 528 : 0) + 2 * j, &b, 2);
     }
   }
 }
 
 /* n bf16 q values in [0.5, 1). */
-static void mla_dev_q(uint16_t *q, size_t n, uint64_t *seed) {
-  for (size_t i = 0; i < n; ++i) q[i] = (uint16_t)(0x3f00 + (lcg(seed) & 0xff));
+static void mla_dev_q(uint16_t *q, size_t n, dsa_rng *r) {
+  for (size_t i = 0; i < n; ++i) q[i] = (uint16_t)(0x3f00 + (dsa_rng_next(r) & 0xff));
 }
 
 /* n index entries, uniform over S slots (every one valid). */
-static void mla_dev_indices(int32_t *idx, size_t n, int64_t S, uint64_t *seed) {
-  for (size_t i = 0; i < n; ++i) idx[i] = (int32_t)(lcg(seed) % (uint32_t)S);
+static void mla_dev_indices(int32_t *idx, size_t n, int64_t S, dsa_rng *r) {
+  for (size_t i = 0; i < n; ++i) idx[i] = (int32_t)dsa_rng_below(r, (uint64_t)S);
 }
 
 /* The call the tools time: T tokens x H heads, q [T, H, 576] bf16, S KV rows (bf16 rows 576
@@ -75,4 +63,12 @@ static dsa_sparse_mla_args mla_dev_args(const void *q, int T, int H, const void 
   a.out = out;
   a.lse = lse;
   return a;
+}
+
+/* A device copy of a host buffer. */
+static void *mla_dev_put(const void *h, size_t bytes) {
+  void *d = NULL;
+  CK(cudaMalloc(&d, bytes));
+  CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+  return d;
 }

@@ -1,34 +1,25 @@
 /*
- * sm90_microbench.cu — the H200 facts the attention kernels' design turns on, measured directly
- * (development aid; docs/PERF.md records what it printed). One CTA per SM, SM clock64 cycles:
+ * dev/sm90_microbench.cu — the H200 facts the attention kernels' design turns on, measured
+ * directly (development aid; dev/README.md records what it printed). One CTA per SM, SM clock64 cycles:
  *   wgmma   m64nNk16 f16 throughput, N = 16 .. 256, both operands from shared memory in the
- *           no-swizzle core-matrix layout v2 uses (K-major A and B; and A MN-major, as v2's PV),
- *           and with 128-byte swizzled K-major operands: multiply-adds per cycle per SM.
- *           (Question: is v2's N = 16 bound by shared-memory reads of the A tile, and does the
- *           no-swizzle layout cost anything by itself?)
+ *           no-swizzle core-matrix layout rows_as_m uses (K-major A and B; and A MN-major, as its
+ *           PV), and with 128-byte swizzled K-major operands: multiply-adds per cycle per SM.
+ *           (Question: is rows_as_m's N = 16 bound by shared-memory reads of the A tile, and does
+ *           the no-swizzle layout cost anything by itself?)
  *   cvt     e4m3x2 -> f16x2 conversions per cycle per SM (cvt.rn.f16x2.e4m3x2), against the
  *           4-instruction integer unpack (exact, with the 2^8 factor folded into the scale).
  *   cluster barrier.cluster arrive+wait round trip in a cluster of 2 / 8; a DSMEM load round trip.
- * Usage: dsa-sm90-microbench  (on the GPU machine; a few seconds)
+ * Usage: dsa-dev-sm90-microbench   (on the GPU machine; a few seconds)
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
 
-#include "common/ptx/sync.cuh"
-#include "common/ptx/copy.cuh"
+#include "check.h"
 #include "common/ptx/convert.cuh"
-#include "common/ptx/mma.cuh"
+#include "common/ptx/copy.cuh"
+#include "common/ptx/sync.cuh"
 #include "common/ptx/wgmma.cuh"
-
-#define CK(x)                                                                              \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      return 1;                                                                            \
-    }                                                                                      \
-  } while (0)
 
 /* ---- wgmma m64nNk16 f16, fp32 accumulate, generic N through a switch on compile-time N ---- */
 template <int N>
@@ -50,8 +41,8 @@ __device__ __forceinline__ void wgmma_n(float (&d)[N / 2], uint64_t da, uint64_t
   }
 }
 
-/* mode 0: no swizzle, A and B K-major (v2's QK: 36 k-steps over a 64 x 576 A and an N x 576 B);
- * 1: no swizzle, A MN-major (v2's PV: A = 512 dims x 64 rows of the same tile, B = N x 64);
+/* mode 0: no swizzle, A and B K-major (rows_as_m's QK: 36 k-steps over a 64 x 576 A and an N x 576 B);
+ * 1: no swizzle, A MN-major (rows_as_m's PV: A = 512 dims x 64 rows of the same tile, B = N x 64);
  * 2: 128-byte swizzle, K-major (as mode 0). 36 wgmma an iteration in every mode. */
 template <int N, int MODE>
 __global__ void __launch_bounds__(128, 1) k_wgmma(int iters, long long *cycles, float *sink) {
@@ -160,7 +151,7 @@ template <int N, int MODE>
 static int run_wgmma(int sms, long long *d_cyc, float *d_sink, long long *h) {
   const int smem = (64 + 64) * 576 * 2;
   CK(cudaFuncSetAttribute(k_wgmma<N, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const char *names[3] = {"no swizzle, K-major A and B (v2 QK)", "no swizzle, MN-major A (v2 PV)",
+  const char *names[3] = {"no swizzle, K-major A and B (rows_as_m QK)", "no swizzle, MN-major A (rows_as_m PV)",
                           "128-B swizzle, K-major"};
   {
     const int mode = MODE;

@@ -1,11 +1,11 @@
 /*
  * fuzz_api.c — a seeded fuzzer of every public call of dsa.h, built with AddressSanitizer and
- * UndefinedBehaviorSanitizer (see CMakeLists.txt) in two variants:
+ * UndefinedBehaviorSanitizer (see cmake/dsa_tests.cmake) in two variants:
  *
  *   fuzz_api_stub  linked with tests/support/stub_kernels.c instead of the CUDA launchers: calls
- *                  that pass validation run dsa.c's chunk loops on the CPU, and the stubs check
- *                  every launch's preconditions (alignment, ranges, caps, workspace bounds,
- *                  contiguous coverage). A valid call must return DSA_OK (or, once its launch
+ *                  that pass validation run the host layer's chunk loops (src/host) on the CPU, and
+ *                  the stubs check every launch's preconditions (alignment, ranges, caps, workspace
+ *                  bounds, contiguous coverage). A valid call must return DSA_OK (or, once its launch
  *                  budget is spent, DSA_ERR_CUDA).
  *   fuzz_api_real  linked with the real library, CUDA devices hidden (CUDA_VISIBLE_DEVICES=""): a
  *                  valid call with work must return DSA_ERR_NO_DEVICE, one without work DSA_OK.
@@ -32,19 +32,15 @@
 #include <unistd.h>
 
 #include "dsa.h"
+#include "rng.h"
 #ifdef FUZZ_STUB
 #include "stub_kernels.h"
 #endif
 
-/* ---- random numbers (splitmix64) ---- */
+/* ---- random numbers: one dsa_rng stream (rng.h) made from the seed ---- */
 
-static uint64_t g_rng;
-static uint64_t rnd(void) {
-  uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+static dsa_rng g_rng;
+static uint64_t rnd(void) { return dsa_rng_next(&g_rng); }
 static int64_t below(int64_t n) { return n <= 0 ? 0 : (int64_t)(rnd() % (uint64_t)n); }
 static int chance(int percent) { return below(100) < percent; }
 #define PICK(...) pick_i64((const int64_t[]){__VA_ARGS__}, sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t))
@@ -602,8 +598,15 @@ int main(int argc, char **argv) {
 #endif
   const int64_t calls = argc > 1 ? atoll(argv[1]) : 1000000;
   g_seed = argc > 2 ? strtoull(argv[2], NULL, 0) : 20261130;
-  g_rng = g_seed;
-  signal(SIGALRM, on_alarm);
+  g_rng = dsa_rng_make(g_seed, 0);
+  /* sigaction, not signal(): under _POSIX_C_SOURCE glibc's signal() resets the handler after the
+   * first tick, and the next one killed a run longer than 4 s */
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_alarm;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGALRM, &sa, NULL);
   struct itimerval it = {{2, 0}, {2, 0}};
   setitimer(ITIMER_REAL, &it, NULL);
 

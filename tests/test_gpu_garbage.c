@@ -26,6 +26,7 @@
 #include "dsa.h"
 #include "dsa_ref.h"
 #include "gpu_harness.h"
+#include "row_checks.h"
 
 /* ============================================================================================== */
 /* Garbage                                                                                        */
@@ -101,18 +102,18 @@ static void *out_alloc(size_t bytes, int poison) {
 static void check_front_guards(const char *after) {
   unsigned char g[FRONT_GUARD];
   for (int i = 0; i < g_front.n; i++) {
-    CU(cudaMemcpy(g, g_front.base[i], FRONT_GUARD, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(g, g_front.base[i], FRONT_GUARD, cudaMemcpyDeviceToHost));
     for (int j = 0; j < FRONT_GUARD; j++)
       if (g[j] != GUARD_BYTE) abort_case("%s wrote before the start of an output (front guard byte %d)", after, j);
   }
 }
 
 /* Call, synchronise, check the last error, both guards. */
-static void run_ok(dsa_status st, const char *what) {
-  dsa_check(st, what);
+static void run_ok(dsa_status st, const char *what, const char *file, int line) {
+  dsa_check(st, what, file, line);
   check_front_guards(what);
 }
-#define RUN(call) run_ok((call), #call)
+#define RUN(call) run_ok((call), #call, __FILE__, __LINE__)
 
 static void case_begin(void) { g_front.n = 0; }
 
@@ -376,11 +377,6 @@ typedef struct {
   int lens_alias; /* lens output over the row_lens input */
 } topk_gcase;
 
-static int cmp_i32(const void *x, const void *y) {
-  const int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
-  return (a > b) - (a < b);
-}
-
 static void topk_gcase_run(const void *arg) {
   const topk_gcase *c = arg;
   case_begin();
@@ -410,7 +406,7 @@ static void topk_gcase_run(const void *arg) {
   a.indices = out_alloc((size_t)c->rows * c->topk * 4, 0xEE);
   if (c->lens_alias) {
     a.row_lens = out_alloc((size_t)c->rows * 4, 0);
-    CU(cudaMemcpy((void *)a.row_lens, rl, (size_t)c->rows * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy((void *)a.row_lens, rl, (size_t)c->rows * 4, cudaMemcpyHostToDevice));
     a.lens = (int32_t *)a.row_lens;
   } else {
     a.row_lens = dput(rl, (size_t)c->rows * 4);
@@ -617,7 +613,7 @@ static void store_gcase_run(const void *arg) {
   a.cache = out_alloc(cbytes, 0);
   a.num_pages = NUM_PAGES;
   a.page_size = P;
-  CU(cudaMemcpy(a.cache, before, cbytes, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(a.cache, before, cbytes, cudaMemcpyHostToDevice));
   chk_begin("%s", c->name);
   RUN(dsa_index_k_store(&a, g_stream));
   uint8_t *after = hmalloc(cbytes);
@@ -661,7 +657,7 @@ static void store_gcase_run(const void *arg) {
   m.cache = out_alloc(kvbytes, 0);
   m.kv_format = DSA_KV_FP8_PACKED;
   m.num_slots = MLA_SLOTS;
-  CU(cudaMemcpy(m.cache, kbefore, kvbytes, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(m.cache, kbefore, kvbytes, cudaMemcpyHostToDevice));
   RUN(dsa_mla_kv_store(&m, g_stream));
   dget(kafter, m.cache, kvbytes);
   for (int64_t s = 0; s < MLA_SLOTS; s++) {
@@ -766,7 +762,7 @@ static void pending_error_run(const void *arg) {
       chk_fail("the planted error %s was %s", cudaGetErrorName(planted),
                after == cudaSuccess ? "cleared" : cudaGetErrorName(after));
   }
-  CU(cudaStreamSynchronize(g_stream));
+  CK(cudaStreamSynchronize(g_stream));
   chk_metric("planted %s", cudaGetErrorName(planted));
   chk_end();
 }

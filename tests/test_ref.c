@@ -3,9 +3,9 @@
  * force on tiny inputs: storage conversions, visibility rules, cache layouts, indexer scores,
  * top-k ranking rules, sparse MLA attention and the cache writers.
  *
- * Data come from fixed-seed xorshift generators and are never zero. The brute-force side here
- * re-derives every layout offset and ranking rule from DESIGN.md on its own; it only borrows the
- * scalar bf16/FP8 conversions, which the first tests check exhaustively.
+ * Data come from the tests' one generator (tests/support/rng.h), a fixed seed per test, and are never
+ * zero. The brute-force side here re-derives every layout offset and ranking rule from DESIGN.md on
+ * its own; it only borrows the scalar bf16/FP8 conversions, which the first tests check exhaustively.
  *
  * Exit status 0 when every test passes; the last line printed is "N passed, M failed".
  */
@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "rng.h"
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Test harness                                                                                    */
@@ -49,17 +51,12 @@ static void *xcalloc(size_t n, size_t size) {
   return p;
 }
 
-/* xorshift64*: small, deterministic, good enough for test data. */
-static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
-static void seed(uint64_t s) { g_rng = s * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull; }
-static uint64_t rnd_u64(void) {
-  g_rng ^= g_rng >> 12;
-  g_rng ^= g_rng << 25;
-  g_rng ^= g_rng >> 27;
-  return g_rng * 0x2545F4914F6CDD1Dull;
-}
-static double rnd_unit(void) { return (double)(rnd_u64() >> 11) * (1.0 / 9007199254740992.0); }
-static int rnd_int(int n) { return (int)(rnd_u64() % (uint64_t)n); }
+/* One dsa_rng stream (rng.h), its state set from the test's seed. */
+static dsa_rng g_rng = {0x9E3779B97F4A7C15ull};
+static void seed(uint64_t s) { g_rng = dsa_rng_from_state(s * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull); }
+static uint64_t rnd_u64(void) { return dsa_rng_next(&g_rng); }
+static double rnd_unit(void) { return dsa_rng_unit(&g_rng); }
+static int rnd_int(int n) { return (int)dsa_rng_below(&g_rng, (uint64_t)n); }
 /* Random sign, magnitude in [lo, hi]: never zero. */
 static double rnd_nz(double lo, double hi) {
   double m = lo + (hi - lo) * rnd_unit();

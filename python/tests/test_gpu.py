@@ -279,9 +279,9 @@ def test_sparse_mla_reads_what_the_writer_stored(fp8, H):
     out, lse = dsa.sparse_mla(q, cache, indices, softmax_scale=scale, lens=lens, return_lse=True)
     torch.cuda.synchronize()
     ref_out, ref_lse = ref_attention(q, ref_kv_rows(cache, fp8), indices, lens, scale)
-    # FP8 KV at 128 heads runs the v3 kernel, whose tile holds e4m3 x scale rounded once to f16: a score
+    # FP8 KV at 128 heads runs the heads_as_m kernel, whose tile holds e4m3 x scale rounded once to f16: a score
     # carries up to ~2^-12 |q . k| of error, which a token of one entry (token 3) sees in full in its lse.
-    # Loosened from DESIGN's 1e-3 to 3e-3 for FP8 (measured 1.12e-3 on the H200; docs/PERF.md, issue 7).
+    # Loosened from DESIGN's 1e-3 to 3e-3 for FP8 (measured 1.12e-3 on the H200; docs/PERF.md, stage 3).
     assert_attention(f"fp8={fp8} H={H}", out, lse, ref_out, ref_lse, lse_tol=3e-3 if fp8 else 1e-3)
 
 

@@ -587,13 +587,12 @@ __global__ void __launch_bounds__(MS_THREADS, 1) ms_attention_kernel(const ms_pa
  * half (splits <= 32 as topk <= 2048), all 16 loads issued at once: decode latency is the cost.
  */
 #define MS_COMBINE_THREADS 256
-__global__ void __launch_bounds__(MS_COMBINE_THREADS) ms_combine_kernel(
-    const float *o_part, const float2 *ml_part, int splits, int64_t rows, __nv_bfloat16 *out,
-    float *lse) {
+/* The combine's work for row blockIdx.x, once the partials are visible. */
+__device__ __forceinline__ void ms_combine_row(const float *o_part, const float2 *ml_part, int splits, int64_t rows,
+                                               __nv_bfloat16 *out, float *lse) {
   __shared__ float w_s[32];
   __shared__ float inv_l_s;
   __shared__ float4 half_s[MLA_V_DIM / 4];
-  ptx_griddep_wait(); /* partials come from the attention kernel */
   const int64_t r = blockIdx.x;
   const int tid = threadIdx.x;
   /* The partial O loads go out first, beside the (m, l) loads: both are one L2 round trip, and the
@@ -648,6 +647,13 @@ __global__ void __launch_bounds__(MS_COMBINE_THREADS) ms_combine_kernel(
     packed.y = *(const uint32_t *)&hi;
     *(uint2 *)(out + r * MLA_V_DIM + 4 * col) = packed;
   }
+}
+
+__global__ void __launch_bounds__(MS_COMBINE_THREADS) ms_combine_kernel(const float *o_part, const float2 *ml_part,
+                                                                        int splits, int64_t rows, __nv_bfloat16 *out,
+                                                                        float *lse) {
+  ptx_griddep_wait(); /* partials come from the attention kernel */
+  ms_combine_row(o_part, ml_part, splits, rows, out, lse);
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -13,32 +13,10 @@
 #include <algorithm>
 #include <vector>
 
+#include "check.h"
 #include "common/shard.h"
+#include "rng.h"
 
-#define CK(call)                                                                                 \
-  do {                                                                                           \
-    cudaError_t e_ = (call);                                                                     \
-    if (e_ != cudaSuccess) {                                                                     \
-      fprintf(stderr, "cp_problem: %s: %s (line %d)\n", #call, cudaGetErrorString(e_), __LINE__); \
-      return 1;                                                                                  \
-    }                                                                                            \
-  } while (0)
-#define DK(call)                                                                                 \
-  do {                                                                                           \
-    dsa_status s_ = (call);                                                                      \
-    if (s_ != DSA_OK) {                                                                          \
-      fprintf(stderr, "cp_problem: %s: %s\n", #call, dsa_last_error());                          \
-      return 1;                                                                                  \
-    }                                                                                            \
-  } while (0)
-
-__device__ __forceinline__ uint64_t cp_hash(uint64_t seed, uint64_t what, uint64_t a, uint64_t b) {
-  uint64_t z = seed * 0x9E3779B97F4A7C15ull + what * 0xD1B54A32D192ED03ull + a * 0xBF58476D1CE4E5B9ull +
-               b * 0x94D049BB133111EBull + 0x632BE59BD9B4E019ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 /* uniform in (-1, 1) */
 __device__ __forceinline__ float cp_unit(uint64_t h) { return (float)((int64_t)(h >> 11) - (1ll << 52)) * 0x1p-52f; }
 
@@ -51,7 +29,7 @@ __global__ void cp_gen_rows(uint64_t seed, int what, int ties, int r, dsa_shard 
     const int d = (int)(i % dims);
     const int64_t g = shard_global(&s, p);
     const uint64_t key = ((uint64_t)r << 40) | (uint64_t)(ties && what == 1 ? 0 : g);
-    rows[i] = __float2bfloat16(cp_unit(cp_hash(seed, what, key, (uint64_t)d)));
+    rows[i] = __float2bfloat16(cp_unit(dsa_rng_hash4(seed, what, key, (uint64_t)d)));
     if (d == 0) slots[i / dims] = (int64_t)bt_row[p / CP_PAGE] * CP_PAGE + p % CP_PAGE;
   }
 }
@@ -60,23 +38,16 @@ __global__ void cp_gen_rows(uint64_t seed, int what, int ties, int r, dsa_shard 
 __global__ void cp_gen_query(uint64_t seed, int64_t nq, int64_t nh, int64_t na, int q_fp8, void *q, float *q_scale,
                              float *w, __nv_bfloat16 *qa) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < nq; i += (int64_t)gridDim.x * blockDim.x) {
-    const float v = cp_unit(cp_hash(seed, 3, (uint64_t)i, 0));
+    const float v = cp_unit(dsa_rng_hash4(seed, 3, (uint64_t)i, 0));
     if (q_fp8) ((__nv_fp8_e4m3 *)q)[i] = __nv_fp8_e4m3(v * 400.f);
     else ((__nv_bfloat16 *)q)[i] = __float2bfloat16(v);
   }
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < nh; i += (int64_t)gridDim.x * blockDim.x) {
-    if (q_scale) q_scale[i] = (0.5f + 0.5f * fabsf(cp_unit(cp_hash(seed, 4, (uint64_t)i, 0)))) / 400.f;
-    w[i] = cp_unit(cp_hash(seed, 5, (uint64_t)i, 0));
+    if (q_scale) q_scale[i] = (0.5f + 0.5f * fabsf(cp_unit(dsa_rng_hash4(seed, 4, (uint64_t)i, 0)))) / 400.f;
+    w[i] = cp_unit(dsa_rng_hash4(seed, 5, (uint64_t)i, 0));
   }
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < na; i += (int64_t)gridDim.x * blockDim.x)
-    qa[i] = __float2bfloat16(cp_unit(cp_hash(seed, 6, (uint64_t)i, 0)));
-}
-
-static uint64_t host_rng(uint64_t *x) { /* xorshift64* */
-  *x ^= *x >> 12;
-  *x ^= *x << 25;
-  *x ^= *x >> 27;
-  return *x * 0x2545F4914F6CDD1Dull;
+    qa[i] = __float2bfloat16(cp_unit(dsa_rng_hash4(seed, 6, (uint64_t)i, 0)));
 }
 
 extern "C" int cp_build(const cp_spec *sp, const dsa_shard *s, int device, cp_data *d) {
@@ -96,8 +67,8 @@ extern "C" int cp_build(const cp_spec *sp, const dsa_shard *s, int device, cp_da
   /* pages in a random order (a fixed stream per rank) */
   std::vector<int32_t> perm(d->num_pages);
   for (int64_t i = 0; i < d->num_pages; i++) perm[i] = (int32_t)i;
-  uint64_t x = sp->seed * 2654435761u + (uint64_t)d->shard.rank * 97 + 12345;
-  for (int64_t i = d->num_pages - 1; i > 0; i--) std::swap(perm[i], perm[host_rng(&x) % (uint64_t)(i + 1)]);
+  dsa_rng x = dsa_rng_from_state(sp->seed * 2654435761u + (uint64_t)d->shard.rank * 97 + 12345);
+  for (int64_t i = d->num_pages - 1; i > 0; i--) std::swap(perm[i], perm[dsa_rng_below(&x, (uint64_t)(i + 1))]);
   d->h_bt = (int32_t *)malloc((size_t)d->num_pages * 4);
   memcpy(d->h_bt, perm.data(), (size_t)d->num_pages * 4);
   const int64_t slots = d->num_pages * CP_PAGE;
@@ -121,10 +92,10 @@ extern "C" int cp_build(const cp_spec *sp, const dsa_shard *s, int device, cp_da
       const int32_t *bt_row = d->bt + (int64_t)r * d->maxb;
       cp_gen_rows<<<2048, 256>>>(sp->seed, 1, sp->ties, r, d->shard, p0, cnt, DSA_INDEX_HEAD_DIM, bt_row, buf, map);
       dsa_index_k_store_args ka = {buf, DSA_INDEX_HEAD_DIM, map, (int)cnt, d->index_k, d->num_pages, CP_PAGE};
-      DK(dsa_index_k_store(&ka, 0));
+      DSA_CK(dsa_index_k_store(&ka, 0));
       cp_gen_rows<<<2048, 256>>>(sp->seed, 2, 0, r, d->shard, p0, cnt, DSA_MLA_QK_DIM, bt_row, buf, map);
       dsa_mla_kv_store_args va = {buf, DSA_MLA_QK_DIM, map, (int)cnt, d->kv, DSA_KV_FP8_PACKED, slots, 0};
-      DK(dsa_mla_kv_store(&va, 0));
+      DSA_CK(dsa_mla_kv_store(&va, 0));
     }
   CK(cudaDeviceSynchronize());
   CK(cudaFree(buf));
@@ -296,9 +267,9 @@ extern "C" int cp_one_gpu(const cp_spec *sp, cp_data *d, cudaStream_t stream, in
   aa.out = out;
   aa.lse = lse;
   size_t wi = 0, wa = 0;
-  if (prefill) DK(dsa_indexer_prefill_workspace_size(&pa, &wi));
-  else DK(dsa_indexer_decode_workspace_size(&ia, &wi));
-  DK(dsa_sparse_mla_workspace_size(&aa, &wa));
+  if (prefill) DSA_CK(dsa_indexer_prefill_workspace_size(&pa, &wi));
+  else DSA_CK(dsa_indexer_decode_workspace_size(&ia, &wi));
+  DSA_CK(dsa_sparse_mla_workspace_size(&aa, &wa));
   void *ws;
   CK(cudaMalloc(&ws, std::max(wi, wa) + 256));
   std::vector<float> t;
@@ -318,7 +289,7 @@ extern "C" int cp_one_gpu(const cp_spec *sp, cp_data *d, cudaStream_t stream, in
       const dsa_status s1 = prefill ? dsa_indexer_prefill(&pa, ws, wi, stream) : dsa_indexer_decode(&ia, ws, wi, stream);
       const dsa_status s2 = dsa_sparse_mla(&aa, ws, wa, stream);
       CK(cudaStreamEndCapture(stream, &g));
-      DK(s1 != DSA_OK ? s1 : s2);
+      DSA_CK(s1 != DSA_OK ? s1 : s2);
       CK(cudaGraphInstantiate(&exec, g, 0));
       CK(cudaGraphDestroy(g));
     }
@@ -326,9 +297,9 @@ extern "C" int cp_one_gpu(const cp_spec *sp, cp_data *d, cudaStream_t stream, in
     if (exec) {
       CK(cudaGraphLaunch(exec, stream));
     } else {
-      if (prefill) DK(dsa_indexer_prefill(&pa, ws, wi, stream));
-      else DK(dsa_indexer_decode(&ia, ws, wi, stream));
-      DK(dsa_sparse_mla(&aa, ws, wa, stream));
+      if (prefill) DSA_CK(dsa_indexer_prefill(&pa, ws, wi, stream));
+      else DSA_CK(dsa_indexer_decode(&ia, ws, wi, stream));
+      DSA_CK(dsa_sparse_mla(&aa, ws, wa, stream));
     }
     CK(cudaEventRecord(e1, stream));
     CK(cudaEventSynchronize(e1));
@@ -409,8 +380,8 @@ static int rank_body(cp_thread *th) {
   pa.lse = lse;
   pa.stage_events = ev;
   size_t wsb = 0;
-  if (prefill) DK(dsa_cp_prefill_workspace_size(&pa, &wsb));
-  else DK(dsa_cp_decode_workspace_size(&a, &wsb));
+  if (prefill) DSA_CK(dsa_cp_prefill_workspace_size(&pa, &wsb));
+  else DSA_CK(dsa_cp_decode_workspace_size(&a, &wsb));
   if (r == 0) run->workspace_bytes = (int64_t)wsb;
   void *ws;
   CK(cudaMalloc(&ws, wsb + 256));
@@ -424,7 +395,7 @@ static int rank_body(cp_thread *th) {
       const dsa_status s1 = prefill ? dsa_cp_prefill(&pa, run->comms[r], ws, wsb, stream)
                                     : dsa_cp_decode(&a, run->comms[r], ws, wsb, stream);
       CK(cudaStreamEndCapture(stream, &g));
-      DK(s1);
+      DSA_CK(s1);
       CK(cudaGraphInstantiate(&exec, g, 0));
       CK(cudaGraphDestroy(g));
     }
@@ -433,9 +404,9 @@ static int rank_body(cp_thread *th) {
       CK(cudaGraphLaunch(exec, stream));
       CK(cudaEventRecord(ev[DSA_CP_STAGES], stream));
     } else if (prefill) {
-      DK(dsa_cp_prefill(&pa, run->comms[r], ws, wsb, stream));
+      DSA_CK(dsa_cp_prefill(&pa, run->comms[r], ws, wsb, stream));
     } else {
-      DK(dsa_cp_decode(&a, run->comms[r], ws, wsb, stream));
+      DSA_CK(dsa_cp_decode(&a, run->comms[r], ws, wsb, stream));
     }
     CK(cudaEventSynchronize(ev[DSA_CP_STAGES]));
     if (it < 0) continue;

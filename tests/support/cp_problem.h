@@ -2,9 +2,11 @@
  * cp_problem.h — one decode problem for context parallelism, built on the GPU for the whole context
  * (one GPU) or for one rank's shard, so that the shards hold bit-identical rows of the one-GPU
  * caches: every bf16 row (index-K and KV of request r's global position g; q, weights, q_attn) is a
- * splitmix64 hash of (seed, what, indices), written into the caches by the library's own writers
- * (dsa_index_k_store, dsa_mla_kv_store). Shared by test_cp_nccl (2 GPUs through NCCL) and
- * `dsa-bench cp`; built only with dsa_cp (NCCL).
+ * hash of (seed, what, indices) (dsa_rng_hash4, rng.h), written into the caches by the library's own
+ * writers (dsa_index_k_store, dsa_mla_kv_store). Shared by test_cp_nccl (2 GPUs through NCCL) and
+ * `dsa-bench cp`; built only with dsa_cp (NCCL). Every CUDA and dsa call is checked with check.h's
+ * CK / DSA_CK: a failure goes to its handler (by default: the call and its error on stderr, exit 1;
+ * a handler installed instead must not return), so the int results below are 0 when they come back.
  */
 #ifndef DSA_CP_PROBLEM_H
 #define DSA_CP_PROBLEM_H
@@ -54,7 +56,7 @@ typedef struct {
 } cp_data;
 
 /* Builds on `device` (made current) the caches of the positions shard `s` owns (NULL: all of
- * them), pages in a random order. 0 on success, else a message on stderr. */
+ * them), pages in a random order (a dsa_rng stream of the seed and the rank). 0 on success. */
 int cp_build(const cp_spec *sp, const dsa_shard *s, int device, cp_data *d);
 void cp_free(cp_data *d);
 

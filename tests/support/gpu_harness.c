@@ -4,7 +4,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include "gpu_harness.h"
 
-#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,6 +12,7 @@
 #include <time.h>
 
 #include "dsa_ref.h"
+#include "inputs.h"
 
 cudaStream_t g_stream;
 
@@ -23,6 +23,7 @@ cudaStream_t g_stream;
 static int g_passed, g_failed;
 static const char *g_case_name = "";
 static jmp_buf g_abort_jmp;
+static int g_in_case;     /* g_abort_jmp is set: a failure can leave the case */
 static int g_cuda_broken; /* a CUDA call failed: the context may be unusable */
 
 static struct {
@@ -79,6 +80,10 @@ _Noreturn void abort_case(const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  if (!g_in_case) { /* outside a case there is nothing to leave: as check.h's default */
+    fprintf(stderr, "%s\n", msg);
+    exit(1);
+  }
   if (!g_chk.open) chk_begin("%s", g_case_name);
   chk_fail("%s", msg);
   chk_end();
@@ -127,13 +132,6 @@ void free_case_memory(void) {
   if (!g_cuda_broken) (void)cudaGetLastError();
 }
 
-void cu_check(cudaError_t e, const char *what, int line) {
-  if (e == cudaSuccess) return;
-  g_cuda_broken = 1;
-  abort_case("CUDA error %s (%s) from %s (test_gpu.c:%d)", cudaGetErrorName(e), cudaGetErrorString(e),
-             what, line);
-}
-
 /* Device buffer of `bytes` bytes followed by a guard of GUARD_BYTES (checked after every call). */
 void *dalloc(size_t bytes) {
   if (g_ndev == g_capdev) {
@@ -144,44 +142,44 @@ void *dalloc(size_t bytes) {
     g_capdev = cap;
   }
   void *p = NULL;
-  CU(cudaMalloc(&p, bytes + GUARD_BYTES));
+  CK(cudaMalloc(&p, bytes + GUARD_BYTES));
   g_dev[g_ndev].p = p;
   g_dev[g_ndev].bytes = bytes;
   g_ndev++;
-  CU(cudaMemsetAsync((char *)p + bytes, GUARD_BYTE, GUARD_BYTES, g_stream));
-  CU(cudaStreamSynchronize(g_stream));
+  CK(cudaMemsetAsync((char *)p + bytes, GUARD_BYTE, GUARD_BYTES, g_stream));
+  CK(cudaStreamSynchronize(g_stream));
   return p;
 }
 
 /* Device copy of a host buffer. */
 void *dput(const void *h, size_t bytes) {
   void *d = dalloc(bytes);
-  if (bytes) CU(cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, g_stream));
-  CU(cudaStreamSynchronize(g_stream));
+  if (bytes) CK(cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, g_stream));
+  CK(cudaStreamSynchronize(g_stream));
   return d;
 }
 
 void dget(void *h, const void *d, size_t bytes) {
-  if (bytes) CU(cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, g_stream));
-  CU(cudaStreamSynchronize(g_stream));
+  if (bytes) CK(cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, g_stream));
+  CK(cudaStreamSynchronize(g_stream));
 }
 
 void dset(void *d, int byte, size_t bytes) {
-  if (bytes) CU(cudaMemsetAsync(d, byte, bytes, g_stream));
-  CU(cudaStreamSynchronize(g_stream));
+  if (bytes) CK(cudaMemsetAsync(d, byte, bytes, g_stream));
+  CK(cudaStreamSynchronize(g_stream));
 }
 
 void dfill_i32(int32_t *d, size_t n, int32_t v) {
   int32_t *h = hmalloc(n * sizeof *h);
   for (size_t i = 0; i < n; i++) h[i] = v;
-  if (n) CU(cudaMemcpyAsync(d, h, n * sizeof *h, cudaMemcpyHostToDevice, g_stream));
-  CU(cudaStreamSynchronize(g_stream));
+  if (n) CK(cudaMemcpyAsync(d, h, n * sizeof *h, cudaMemcpyHostToDevice, g_stream));
+  CK(cudaStreamSynchronize(g_stream));
 }
 
 void check_guards(const char *after) {
   unsigned char g[GUARD_BYTES];
   for (size_t i = 0; i < g_ndev; i++) {
-    CU(cudaMemcpy(g, (const char *)g_dev[i].p + g_dev[i].bytes, GUARD_BYTES, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(g, (const char *)g_dev[i].p + g_dev[i].bytes, GUARD_BYTES, cudaMemcpyDeviceToHost));
     for (int j = 0; j < GUARD_BYTES; j++)
       if (g[j] != GUARD_BYTE)
         abort_case("%s wrote past the end of a %zu-byte device buffer (guard byte %d is 0x%02x)", after,
@@ -190,20 +188,36 @@ void check_guards(const char *after) {
 }
 
 void sync_check(const char *after) {
-  CU(cudaStreamSynchronize(g_stream));
-  CU(cudaGetLastError());
+  CK(cudaStreamSynchronize(g_stream));
+  CK(cudaGetLastError());
   check_guards(after);
 }
 
+/* A dsa call that must return DSA_OK, without a stream synchronisation (workspace queries): a
+ * failure is reported through check.h (the handler below), its status noted for the message. */
+static dsa_status g_failed_status = DSA_OK; /* set by dsa_ok just before it reports */
+
+void dsa_ok(dsa_status s, const char *what, const char *file, int line) {
+  if (s == DSA_OK) return;
+  g_failed_status = s;
+  dsa_ck_failed(file, line, what, dsa_last_error());
+}
+
 /* A dsa call must return DSA_OK; then the stream is synchronised and checked. */
-void dsa_check(dsa_status s, const char *what) {
-  if (s != DSA_OK) abort_case("%s returned %s: %s", what, dsa_status_string(s), dsa_last_error());
+void dsa_check(dsa_status s, const char *what, const char *file, int line) {
+  dsa_ok(s, what, file, line);
   sync_check(what);
 }
 
-/* A dsa call that must return DSA_OK, without a stream synchronisation (workspace queries). */
-void dsa_ok(dsa_status s, const char *what) {
-  if (s != DSA_OK) abort_case("%s returned %s: %s", what, dsa_status_string(s), dsa_last_error());
+/* check.h's handler while the harness runs: a failed dsa call (DSA, DSA_Q) or CUDA call (CK) fails
+ * the open check (or the case) and leaves the case; after a CUDA failure the context is checked
+ * before the next case. */
+static void case_ck_handler(const char *file, int line, const char *call, const char *message) {
+  const dsa_status st = g_failed_status;
+  g_failed_status = DSA_OK;
+  if (st != DSA_OK) abort_case("%s returned %s: %s", call, dsa_status_string(st), message);
+  g_cuda_broken = 1;
+  abort_case("CUDA error (%s) from %s (%s:%d)", message, call, file, line);
 }
 
 /* Workspace of exactly the queried size (at least 16 bytes allocated), filled with garbage. */
@@ -214,82 +228,35 @@ void *workspace(size_t bytes) {
 }
 
 /* ============================================================================================== */
-/* Random inputs: xorshift64*, never zero                                                          */
+/* Random inputs: one dsa_rng stream (rng.h), seeded per case; the distributions are inputs.h's     */
 /* ============================================================================================== */
 
-static uint64_t g_rng = 88172645463325252ull;
+dsa_rng g_rng = {88172645463325252ull};
 
-uint64_t rng_u64(void) {
-  uint64_t x = g_rng;
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  g_rng = x;
-  return x * 0x2545F4914F6CDD1Dull;
-}
+uint64_t rng_u64(void) { return dsa_rng_next(&g_rng); }
 
 void rng_seed(uint64_t s) {
-  g_rng = (s + 1) * 0x9E3779B97F4A7C15ull;
-  if (!g_rng) g_rng = 1;
-  for (int i = 0; i < 8; i++) (void)rng_u64();
+  g_rng = dsa_rng_from_state((s + 1) * 0x9E3779B97F4A7C15ull); /* 0 becomes 1 */
+  for (int i = 0; i < 8; i++) (void)dsa_rng_next(&g_rng);
 }
 
-double rng_unit(void) { return (double)(rng_u64() >> 11) * 0x1.0p-53; }
-double rng_uniform(double lo, double hi) { return lo + (hi - lo) * rng_unit(); }
-int64_t rng_below(int64_t n) { return n <= 0 ? 0 : (int64_t)(rng_u64() % (uint64_t)n); }
-
-/* Uniform in (-amp, amp), magnitude at least amp / 1000. */
-double rng_nonzero(double amp) {
-  double x;
-  do x = rng_uniform(-amp, amp);
-  while (fabs(x) < amp * 1e-3);
-  return x;
-}
-
-/* exp(uniform(log lo, log hi)) */
-double rng_log_uniform(double lo, double hi) { return exp(rng_uniform(log(lo), log(hi))); }
+double rng_unit(void) { return dsa_rng_unit(&g_rng); }
+double rng_uniform(double lo, double hi) { return dsa_input_uniform(&g_rng, lo, hi); }
+int64_t rng_below(int64_t n) { return n <= 0 ? 0 : (int64_t)dsa_rng_below(&g_rng, (uint64_t)n); }
+double rng_nonzero(double amp) { return dsa_input_nonzero(&g_rng, amp); }
+double rng_log_uniform(double lo, double hi) { return dsa_input_log_uniform(&g_rng, lo, hi); }
 
 uint16_t to_bf16(double x) { return dsa_float_to_bf16((float)x); }
 float from_bf16(uint16_t x) { return dsa_bf16_to_float(x); }
 
-void fill_bf16(uint16_t *h, size_t n, double amp) {
-  for (size_t i = 0; i < n; i++) {
-    uint16_t b;
-    do b = to_bf16(rng_nonzero(amp));
-    while ((b & 0x7FFF) == 0);
-    h[i] = b;
-  }
-}
-
-/* A random non-zero, non-NaN FP8-e4m3 code from a float uniform in (-448, 448). */
-uint8_t rng_fp8_quantised(void) {
-  uint8_t c;
-  do c = dsa_float_to_fp8_e4m3((float)rng_nonzero(448.0));
-  while ((c & 0x7F) == 0 || (c & 0x7F) == 0x7F);
-  return c;
-}
-
-/* A random FP8-e4m3 byte: every exponent equally likely; never NaN (0x7F / 0xFF), never zero. */
-uint8_t rng_fp8_byte(void) {
-  uint8_t c;
-  do c = (uint8_t)rng_u64();
-  while ((c & 0x7F) == 0 || (c & 0x7F) == 0x7F);
-  return c;
-}
-
-void fill_random_bytes(uint8_t *h, size_t n) {
-  for (size_t i = 0; i < n; i++) h[i] = (uint8_t)rng_u64();
-}
+void fill_bf16(uint16_t *h, size_t n, double amp) { dsa_input_bf16_amp(&g_rng, h, n, amp); }
+uint8_t rng_fp8_quantised(void) { return dsa_input_fp8_quantised(&g_rng); }
+uint8_t rng_fp8_byte(void) { return dsa_input_fp8_nonzero(&g_rng); }
+void fill_random_bytes(uint8_t *h, size_t n) { dsa_input_bytes(&g_rng, h, n); }
 
 int32_t *perm_i32(int64_t n) {
   int32_t *p = hmalloc((size_t)(n ? n : 1) * sizeof *p);
-  for (int64_t i = 0; i < n; i++) p[i] = (int32_t)i;
-  for (int64_t i = n - 1; i > 0; i--) {
-    int64_t j = rng_below(i + 1);
-    int32_t t = p[i];
-    p[i] = p[j];
-    p[j] = t;
-  }
+  dsa_input_perm(&g_rng, p, n);
   return p;
 }
 
@@ -325,6 +292,7 @@ int harness_init(const char *program) {
     printf("FAIL setup: cannot create a stream on device 0\n0 passed, 1 failed\n");
     return 1;
   }
+  dsa_ck_set_handler(case_ck_handler);
   printf("%s: dsa %s, device 0 sm_%d%d\n", program, dsa_version(), major, minor);
   return 0;
 }
@@ -335,7 +303,9 @@ int harness_run_case(const char *name, void (*fn)(const void *), const void *arg
   if (only && *only && !strstr(name, only)) return 1;
   g_case_name = name;
   const double t0 = now_s();
+  g_in_case = 1;
   if (setjmp(g_abort_jmp) == 0) fn(arg);
+  g_in_case = 0;
   chk_end();
   free_case_memory();
   fprintf(stderr, "  [%s: %.2f s]\n", name, now_s() - t0);
@@ -353,6 +323,7 @@ int harness_run_case(const char *name, void (*fn)(const void *), const void *arg
 }
 
 int harness_finish(void) {
+  dsa_ck_set_handler(NULL);
   (void)cudaStreamDestroy(g_stream);
   free(g_dev);
   free(g_host);

@@ -1,12 +1,16 @@
 /*
- * gpu_harness.h — what the GPU test programs (test_gpu, test_gpu_garbage) share: one line per
- * check ("ok   name  (metrics)" / "FAIL name: why"), cases that end on the first CUDA or API failure
+ * gpu_harness.h — what the GPU test programs (test_gpu_indexer, test_gpu_topk, test_gpu_attention,
+ * test_gpu_cache, test_gpu_api, test_gpu_garbage, test_gpu_cp) share: one line per check
+ * ("ok   name  (metrics)" / "FAIL name: why"), cases that end on the first CUDA or API failure
  * (longjmp) and free everything they allocated, device buffers followed by guard bytes checked after
- * every call, and random inputs (xorshift64*, never zero).
+ * every call, and random inputs (one global dsa_rng stream, rng.h, drawn through inputs.h; never zero).
  *
  * Conventions: every output is poisoned before a run (POISON_*), every workspace filled with
  * garbage (WS_BYTE_*); after a call the stream is synchronised, the last error checked and every
- * guard verified.
+ * guard verified. Calls are checked through check.h: CK(call) for a CUDA call, DSA(call) / DSA_Q(call)
+ * (below) for a dsa call; from harness_init on, check.h's handler is the harness's, which fails the
+ * running case and leaves it (a CUDA failure also has the context checked before the next case; a
+ * bare DSA_CK counts as one).
  */
 #ifndef DSA_GPU_HARNESS_H
 #define DSA_GPU_HARNESS_H
@@ -15,7 +19,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "check.h"
 #include "dsa.h"
+#include "rng.h"
 
 /* Acceptance (DESIGN.md §5). */
 #define TOL_SCORE_BF16 1e-5 /* bf16 q: float32 accumulation */
@@ -48,8 +54,6 @@ double now_s(void);
 /* ---- per-case memory (freed when the case ends) ---- */
 void *hmalloc(size_t bytes);
 void free_case_memory(void);                      /* frees every buffer of the case so far */
-void cu_check(cudaError_t e, const char *what, int line);
-#define CU(call) cu_check((call), #call, __LINE__)
 void *dalloc(size_t bytes);                       /* + GUARD_BYTES of guard */
 void *dput(const void *h, size_t bytes);          /* device copy of a host buffer */
 void dget(void *h, const void *d, size_t bytes);
@@ -57,15 +61,19 @@ void dset(void *d, int byte, size_t bytes);
 void dfill_i32(int32_t *d, size_t n, int32_t v);
 void check_guards(const char *after);
 void sync_check(const char *after);               /* synchronise, last error, guards */
-void dsa_check(dsa_status s, const char *what);   /* must be DSA_OK; then sync_check */
-#define DSA(call) dsa_check((call), #call)
-void dsa_ok(dsa_status s, const char *what);      /* must be DSA_OK, no synchronisation */
-#define DSA_Q(call) dsa_ok((call), #call)
+/* A dsa call that must return DSA_OK (else the failure goes through check.h's dsa_ck_failed, with
+ * the status and dsa_last_error()); DSA then synchronises and checks (sync_check), DSA_Q does not
+ * (workspace queries). */
+void dsa_check(dsa_status s, const char *what, const char *file, int line);
+#define DSA(call) dsa_check((call), #call, __FILE__, __LINE__)
+void dsa_ok(dsa_status s, const char *what, const char *file, int line);
+#define DSA_Q(call) dsa_ok((call), #call, __FILE__, __LINE__)
 void *workspace(size_t bytes);                    /* the queried size, filled with garbage */
 
-/* ---- random inputs ---- */
+/* ---- random inputs: g_rng, seeded per case by rng_seed; the helpers draw from it through inputs.h ---- */
+extern dsa_rng g_rng;
 uint64_t rng_u64(void);
-void rng_seed(uint64_t s);
+void rng_seed(uint64_t s);                        /* state (s + 1) * 0x9E3779B97F4A7C15 (1 if 0), 8 draws */
 double rng_unit(void);
 double rng_uniform(double lo, double hi);
 int64_t rng_below(int64_t n);
@@ -94,7 +102,8 @@ static inline int imax(int a, int b) { return a > b ? a : b; }
 static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* ---- program ---- */
-/* 0: an sm_90 device is current and g_stream created; 77: no such GPU (SKIP printed); 1: setup failed. */
+/* 0: an sm_90 device is current, g_stream created and check.h's handler the harness's; 77: no such
+ * GPU (SKIP printed); 1: setup failed. */
 int harness_init(const char *program);
 /* Runs one case; a failure inside it ends only that case. Returns 0 when the CUDA context is
  * unusable afterwards (the remaining cases cannot run). */

@@ -8,6 +8,8 @@
 
 #include "dsa_ref.h"
 
+double dsa_input_uniform(dsa_rng *r, double lo, double hi) { return lo + (hi - lo) * dsa_rng_unit(r); }
+
 double dsa_input_nonzero(dsa_rng *r, double amp) {
   double x;
   do x = -amp + 2.0 * amp * dsa_rng_unit(r);
@@ -38,6 +40,10 @@ uint16_t dsa_input_bf16_exp(dsa_rng *r, int emin, int erange) {
 
 void dsa_input_bf16_exp_fill(dsa_rng *r, uint16_t *h, size_t n, int emin, int erange) {
   for (size_t i = 0; i < n; i++) h[i] = dsa_input_bf16_exp(r, emin, erange);
+}
+
+void dsa_input_bytes(dsa_rng *r, uint8_t *h, size_t n) {
+  for (size_t i = 0; i < n; i++) h[i] = (uint8_t)dsa_rng_next(r);
 }
 
 void dsa_input_fp8_codes(dsa_rng *r, uint8_t *h, size_t n) {

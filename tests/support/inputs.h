@@ -16,6 +16,8 @@
 extern "C" {
 #endif
 
+/* uniform in [lo, hi): lo + (hi - lo) * dsa_rng_unit */
+double dsa_input_uniform(dsa_rng *r, double lo, double hi);
 /* uniform in (-amp, amp), |x| >= amp / 1000 */
 double dsa_input_nonzero(dsa_rng *r, double amp);
 /* exp(uniform(log lo, log hi)) */
@@ -25,6 +27,8 @@ void dsa_input_bf16_amp(dsa_rng *r, uint16_t *h, size_t n, double amp);
 /* a bf16 of random sign and mantissa with a binary exponent uniform in [emin, emin + erange) */
 uint16_t dsa_input_bf16_exp(dsa_rng *r, int emin, int erange);
 void dsa_input_bf16_exp_fill(dsa_rng *r, uint16_t *h, size_t n, int emin, int erange);
+/* n random bytes, one draw each (its low byte) */
+void dsa_input_bytes(dsa_rng *r, uint8_t *h, size_t n);
 /* n e4m3 codes uniform over every code but the two NaNs (0x7F, 0xFF become +-448) */
 void dsa_input_fp8_codes(dsa_rng *r, uint8_t *h, size_t n);
 /* one e4m3 byte, every exponent equally likely, never zero, never NaN */

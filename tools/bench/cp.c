@@ -1,10 +1,10 @@
 /*
- * cp_bench.c — `dsa-bench cp`: one decode step (indexer + top-k + attention) over W GPUs through
+ * cp.c — `dsa-bench cp`: one decode step (indexer + top-k + attention) over W GPUs through
  * NCCL (dsa_cp.h) against the same step on one GPU, GLM shapes (32 x 128 index heads, FP8 q, topk
  * 2048, page 64; attention 16 heads, packed FP8 KV). Per row: the one-GPU time, the W-GPU time (rank
  * 0's median; the slowest rank's beside it) and its six stages (DSA_CP_STAGES), medians of --iters
- * plain launches after 3 warm-ups (no CUDA graph on either side). --check compares every rank's
- * top-k with the one GPU's (identical) and its attention output (relative L2 <= 1e-2).
+ * plain launches after 3 warm-ups (no CUDA graph on either side unless --graph). --check compares
+ * every rank's top-k with the one GPU's (identical) and its attention output (relative L2 <= 1e-2).
  *
  *   dsa-bench cp [--gpus W] [--sizes 128k,1M,4M] [--batches 1,8] [--mtp N] [--prefill N]
  *                [--layout rr|blocks] [--iters N] [--graph] [--check] [--json FILE]
@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench.h"
 #include "cp_problem.h"
 #include "dsa_cp.h"
 
@@ -42,7 +43,7 @@ static int parse_sizes(const char *arg, int64_t *out) {
 
 static const char *stage_names[DSA_CP_STAGES] = {"local", "xchg1", "merge", "attn", "xchg2", "comb"};
 
-int cp_bench_main(int argc, char **argv) {
+int cp_main(int argc, char **argv) {
   int W = 2, mtp = 1, iters = 20, check = 0, nsizes = 3, nbatches = 2, prefill = 0, graph = 0;
   int64_t sizes[MAXN] = {131072, 1 << 20, 4 << 20}, batches[MAXN] = {1, 8};
   dsa_shard_layout layout = DSA_SHARD_ROUND_ROBIN;

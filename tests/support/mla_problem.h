@@ -1,0 +1,47 @@
+/*
+ * mla_problem.h — sparse MLA attention's test problem (test_gpu_attention, test_gpu_api): a KV cache
+ * (bf16 rows, FP8 rows quantised by the reference writer, or random FP8 bytes), q, and indices with
+ * -1, out-of-range, extreme and repeated entries (lens optional), with host-pointer (reference) and
+ * device-pointer args. The build seeds the harness's g_rng with the case's seed.
+ */
+#ifndef DSA_MLA_PROBLEM_H
+#define DSA_MLA_PROBLEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dsa.h"
+
+typedef struct {
+  const char *name;
+  int H, T, topk, idx_extra;
+  dsa_kv_format fmt;
+  int kv_stride;          /* bf16 only */
+  int fp8_random_bytes;   /* fp8: random valid bytes instead of quantised random rows */
+  int lens_given, lse_null, all_invalid_token;
+  int few_entries;        /* lens 1..3 for every token: the lse rests on one or two scores */
+  double lse_tol;         /* 0: TOL_ATTN_LSE; else a looser bound, with its reason at the case */
+  double q_amp;
+  int num_slots;
+  int check_determinism;
+  uint64_t seed;
+} mla_case;
+
+typedef struct {
+  const mla_case *c;
+  int T, H, topk;
+  int64_t istride;
+  int32_t *idx_h, *lens_h;
+  int *nvalid;            /* valid entries per token */
+  size_t kv_bytes;
+  void *kv_h, *q_h;
+  dsa_sparse_mla_args ha, da; /* out / lse filled in by the caller */
+} mla_prob;
+
+/* Seeds g_rng with c->seed and builds the problem. */
+void mla_build(const mla_case *c, mla_prob *p);
+/* Runs dsa_sparse_mla (outputs poisoned first) and copies out / lse back. */
+void mla_run(const mla_prob *p, void *ws, size_t wsb, int ws_byte, void *out_d, float *lse_d, uint16_t *out_h,
+             float *lse_h);
+
+#endif

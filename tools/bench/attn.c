@@ -1,0 +1,153 @@
+/*
+ * attn.c — `dsa-bench attn`: sparse MLA attention alone, at the shapes that decide serving cost
+ * (or, with --batches, decode rows of those batches x --heads heads). TFLOP/s as FlashMLA counts
+ * them: 2 x tokens x heads x topk x (576 + 512).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "rng.h"
+
+/* attn: sparse MLA alone. Decode rows: `reqs` requests of one token, each over its own
+ * ATTN_DECODE_S-token context; prefill rows: `tokens` tokens at the end of request 0's
+ * ATTN_PREFILL_S-token context (token t sees ATTN_PREFILL_S - tokens + 1 + t positions). Each token
+ * selects topk distinct random visible positions (Floyd's sampling), mapped to slots through the
+ * request's block-table row: every entry valid, lens = topk. */
+typedef struct {
+  const char *name;
+  int prefill, reqs, tokens, heads;
+} attn_shape;
+static const attn_shape ATTN_SHAPES[] = {
+    {"decode 1 x 16h", 0, 1, 1, 16},        {"decode 1 x 64h", 0, 1, 1, 64},
+    {"decode 1 x 128h", 0, 1, 1, 128},      {"decode 64 x 16h", 0, 64, 64, 16},
+    {"decode 64 x 64h", 0, 64, 64, 64},     {"decode 256 x 64h", 0, 256, 256, 64},
+    {"decode 128 x 128h", 0, 128, 128, 128}, {"prefill 64 x 16h", 1, 1, 64, 16},
+    {"prefill 64 x 64h", 1, 1, 64, 64},     {"prefill 64 x 128h", 1, 1, 64, 128},
+    {"prefill 4096 x 128h", 1, 1, 4096, 128},
+};
+#define ATTN_NSHAPES ((int)(sizeof ATTN_SHAPES / sizeof ATTN_SHAPES[0]))
+
+/* Replica j (--cold): requests j x reqs + t (decode) or j (prefill), written to d_topk / d_lens
+ * (j = 0) or the replica's top-k (h_topk / h_lens keep replica 0's for --check). */
+static void make_attn_indices(bench *b, const attn_shape *sh, dsa_rng *r, int j) {
+  const int k = b->o.topk;
+  int32_t *keep_topk = NULL, *keep_lens = NULL;
+  if (j > 0) { /* h_topk / h_lens hold replica 0's: build this replica's in scratch, then restore */
+    keep_topk = xmalloc(sizeof(int32_t) * (size_t)sh->tokens * k);
+    keep_lens = xmalloc(sizeof(int32_t) * (size_t)sh->tokens);
+    memcpy(keep_topk, b->h_topk, sizeof(int32_t) * (size_t)sh->tokens * k);
+    memcpy(keep_lens, b->h_lens, sizeof(int32_t) * (size_t)sh->tokens);
+  }
+  for (int t = 0; t < sh->tokens; t++) {
+    const int req = sh->prefill ? j : j * sh->reqs + t;
+    const int64_t L = sh->prefill ? ATTN_PREFILL_S - sh->tokens + 1 + t : ATTN_DECODE_S;
+    const int n = (int)imin64(k, L);
+    int32_t *row = b->h_topk + (size_t)t * k, *pos = b->ref_topk; /* ref_topk: [topk] scratch */
+    for (int64_t i = L - n, e = 0; i < L; i++, e++) { /* Floyd: n distinct positions of [0, L) */
+      int64_t p = (int64_t)dsa_rng_below(r, (uint64_t)(i + 1));
+      if (b->mark[p]) p = i;
+      b->mark[p] = 1;
+      pos[e] = (int32_t)p;
+    }
+    for (int e = 0; e < n; e++) {
+      b->mark[pos[e]] = 0;
+      row[e] = b->h_block_table[(int64_t)req * b->ppr + pos[e] / PAGE] * PAGE + pos[e] % PAGE;
+    }
+    for (int e = n; e < k; e++) row[e] = -1;
+    b->h_lens[t] = n;
+  }
+  int32_t *dt = j > 0 ? cold_topk(b, j, sh->tokens) : b->d_topk, *dl = j > 0 ? cold_lens(b, j, sh->tokens) : b->d_lens;
+  CK(cudaMemcpy(dt, b->h_topk, sizeof(int32_t) * (size_t)sh->tokens * k, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dl, b->h_lens, sizeof(int32_t) * (size_t)sh->tokens, cudaMemcpyHostToDevice));
+  if (j > 0) {
+    memcpy(b->h_topk, keep_topk, sizeof(int32_t) * (size_t)sh->tokens * k);
+    memcpy(b->h_lens, keep_lens, sizeof(int32_t) * (size_t)sh->tokens);
+    free(keep_topk);
+    free(keep_lens);
+  }
+}
+
+/* One shape: its indices drawn from rng stream 100 + stream_id of --seed (the shape's place in the
+ * list), one checked run, then the timing over its --cold replicas. */
+static void run_attn_row(bench *b, row_result *row, const attn_shape *sh, int stream_id) {
+  const options *o = &b->o;
+  const int T = sh->tokens, H = sh->heads;
+  row_init(row, TBL_ATTN);
+  row->shape = sh->name;
+  row->batch = sh->reqs;
+  row->q_len = sh->prefill ? T : 1;
+  row->tokens = T;
+  row->heads = H;
+  row->S = sh->prefill ? ATTN_PREFILL_S : ATTN_DECODE_S;
+  dsa_rng r = dsa_rng_make(o->seed, 100 + (uint64_t)stream_id);
+  make_attn_indices(b, sh, &r, 0);
+  for (int t = 0; t < T; t++) row->selected += b->h_lens[t];
+  dsa_sparse_mla_args m = attn_args(b, T, H, 0);
+  stage at0 = attn_stage(b, &m);
+  /* Outputs poisoned, indices kept (poison_and_run would poison those too), one run, checked. */
+  CK(cudaMemsetAsync(b->d_out, 0xFF, (size_t)T * H * V_DIM * 2, b->stream));
+  CK(cudaMemsetAsync(b->d_lse, 0xFF, sizeof(float) * (size_t)T * H, b->stream));
+  stage_run(&at0, b->stream);
+  CK(cudaStreamSynchronize(b->stream));
+  CK(cudaGetLastError());
+  /* --cold: replicas 1..K-1 select from other requests' contexts (their own indices, q copies) */
+  const int need = cold_need(b, (double)row->selected * (double)b->kv_slot_bytes);
+  const int per_replica = sh->prefill ? 1 : sh->reqs;
+  const int K = (int)imin64(imin64(need, COLD_MAX_REPLICAS), imax64(1, b->n_req / per_replica));
+  cold_queries(b, K, T, H);
+  dsa_sparse_mla_args *mr = xmalloc(sizeof *mr * (size_t)K);
+  stage *at = xmalloc(sizeof *at * (size_t)K);
+  for (int j = 0; j < K; j++) {
+    mr[j] = m;
+    if (j > 0) {
+      make_attn_indices(b, sh, &r, j);
+      mr[j].q = cold_qa(b, j, T, H);
+      mr[j].indices = cold_topk(b, j, T);
+      mr[j].lens = cold_lens(b, j, T);
+    }
+    at[j] = (stage){ST_ATTN, &mr[j], at0.ws, at0.ws_bytes};
+  }
+  check_and_time_attention(b, row, at, K, need, T, H);
+  free(mr);
+  free(at);
+}
+
+/* The fixed table, or (--batches given) decode rows of those batches x --heads heads; --shape
+ * keeps the shapes whose name contains it. Then the table. */
+int attn_main(bench *b, row_result **rows_out) {
+  const options *o = &b->o;
+  int nrows = 0;
+  const attn_shape *shapes = ATTN_SHAPES;
+  int nshapes = ATTN_NSHAPES;
+  static attn_shape custom[MAX_BATCHES];
+  static char custom_names[MAX_BATCHES][48];
+  if (o->batches_given) {
+    for (int i = 0; i < o->nbatches; i++) {
+      snprintf(custom_names[i], sizeof custom_names[i], "decode %d x %dh", o->batches[i], o->heads);
+      custom[i].name = custom_names[i];
+      custom[i].prefill = 0;
+      custom[i].reqs = custom[i].tokens = o->batches[i];
+      custom[i].heads = o->heads;
+    }
+    shapes = custom;
+    nshapes = o->nbatches;
+  }
+  int max_T = 0, max_H = 0, max_R = 1;
+  for (int i = 0; i < nshapes; i++) {
+    max_T = shapes[i].tokens > max_T ? shapes[i].tokens : max_T;
+    max_H = shapes[i].heads > max_H ? shapes[i].heads : max_H;
+    max_R = shapes[i].reqs > max_R ? shapes[i].reqs : max_R;
+  }
+  row_result *rows = *rows_out = xmalloc(sizeof(row_result) * (size_t)nshapes);
+  printf("dsa-bench attn on %s (dsa %s)\n", b->dev_name, dsa_version());
+  setup(b, max_R, imax64(ATTN_DECODE_S, ATTN_PREFILL_S), max_T, max_H, 0);
+  for (int i = 0; i < nshapes; i++) {
+    if (o->shape && !strstr(shapes[i].name, o->shape)) continue;
+    run_attn_row(b, &rows[nrows], &shapes[i], i);
+    print_progress(&rows[nrows++]);
+  }
+
+  print_attn_only_table(b, rows, nrows);
+  return nrows;
+}
