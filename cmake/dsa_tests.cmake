@@ -22,10 +22,10 @@ add_test(NAME dsa.api COMMAND test_api)
 #   test_gpu_garbage    every device array filled with garbage: outputs sane, guard bytes intact
 #   test_gpu_cp         context parallelism's single-GPU pieces and simulated ranks
 # What they share (tests/support): the harness (reporting, per-case memory, guards, check.h's
-# handler, the seeded dsa_rng), the indexer's and attention's problem builders, the row checks.
+# handler, the seeded dsa_rng), the indexer's and attention's problem builders (the row checks are
+# in dsa_support, shared with dsa-bench).
 add_library(dsa_gpu_harness STATIC tests/support/gpu_harness.c tests/support/indexer_problem.c
-                                   tests/support/mla_problem.c tests/support/row_checks.c
-                                   tests/support/score_rows.c)
+                                   tests/support/mla_problem.c tests/support/score_rows.c)
 target_compile_options(dsa_gpu_harness PRIVATE ${DSA_WARNINGS})
 target_include_directories(dsa_gpu_harness PUBLIC tests/support)
 target_link_libraries(dsa_gpu_harness PUBLIC dsa_static dsa_support dsa_ref m)

@@ -22,16 +22,9 @@
 #include "check.h"
 #include "dsa.h"
 #include "rng.h"
+#include "row_checks.h"
 
-/* Acceptance (DESIGN.md §5). */
-#define TOL_SCORE_BF16 1e-5 /* bf16 q: float32 accumulation */
-#define TOL_SCORE_FP8 2e-3  /* fp8 q: Hopper FP8 MMA does not accumulate in full float32 */
-#define TOL_ATTN_OUT 1e-2   /* relative L2 per token, bf16 output */
-#define TOL_ATTN_LSE 1e-3   /* times max(1, |ref|) */
-
-#define POISON_BYTE 0x7F              /* float32 0x7F7F7F7F = 3.39e38, bf16 0x7F7F = 3.39e38 */
-#define POISON_F32_BITS 0x7F7F7F7Fu
-#define POISON_I32 (-7)
+/* Acceptance tolerances (TOL_*) and the poison values (POISON_*): row_checks.h. */
 #define WS_BYTE_FIRST 0xFF
 #define WS_BYTE_RERUN 0x5A
 #define GUARD_BYTES 256

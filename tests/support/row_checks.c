@@ -8,7 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_harness.h"
+static uint32_t bits_of(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+static int min_int(int a, int b) { return a < b ? a : b; }
 
 /* The part of a scores row past L: -inf in [L, W) (DESIGN §3: the call covers W = max_len
  * columns), the poison in [W, row_cap) (the stride's padding is never written). */
@@ -20,7 +25,7 @@ int check_score_tail(const float *gpu, int L, int64_t W, int64_t row_cap, char *
       return 1;
     }
   for (int64_t i = W > L ? W : L; i < row_cap; i++)
-    if (bits_of_f32(gpu[i]) != POISON_F32_BITS) {
+    if (bits_of(gpu[i]) != POISON_F32_BITS) {
       snprintf(why, wn, "position %lld at or past max_len = %lld was written (%.9g)", (long long)i, (long long)W,
                (double)gpu[i]);
       return 1;
@@ -89,7 +94,7 @@ int cmp_i32(const void *a, const void *b) {
 /* DESIGN.md §5 top-k criterion for one token. Returns 0 or fills why; *worst = max over selected
  * entries of (kth - score) / eps (how far into the eps band the worst pick lies). */
 int check_topk_row(const topk_row *r, char *why, size_t wn, double *worst) {
-  const int L = r->L, K = imin(r->L, r->topk);
+  const int L = r->L, K = min_int(r->L, r->topk);
   int rc = 1;
   val_pos *map = NULL;
   unsigned char *seen = NULL;

@@ -2,13 +2,24 @@
  * row_checks.h — the checks of one output row against the float64 reference that several GPU test
  * programs apply (DESIGN.md §5): a scores row (tolerance and the part past L) and an indexer top-k
  * row (the eps-band criterion, lens, the -1 tail, duplicates, visible positions); cmp_i32 for
- * sorting selections.
+ * sorting selections. dsa-bench --check uses the same checks (dsa_support).
  */
 #ifndef DSA_ROW_CHECKS_H
 #define DSA_ROW_CHECKS_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+/* Acceptance (DESIGN.md §5), for the tests and dsa-bench --check. */
+#define TOL_SCORE_BF16 1e-5 /* bf16 q: float32 accumulation */
+#define TOL_SCORE_FP8 2e-3  /* fp8 q: Hopper FP8 MMA does not accumulate in full float32 */
+#define TOL_ATTN_OUT 1e-2   /* relative L2 per token, bf16 output */
+#define TOL_ATTN_LSE 1e-3   /* times max(1, |ref|) */
+
+/* What an output holds before a run (the GPU tests poison every output with POISON_BYTE). */
+#define POISON_BYTE 0x7F /* float32 0x7F7F7F7F = 3.39e38, bf16 0x7F7F = 3.39e38 */
+#define POISON_F32_BITS 0x7F7F7F7Fu
+#define POISON_I32 (-7)
 
 /* The part of a scores row past L: -inf in [L, W) (DESIGN §3: the call covers W = max_len
  * columns), the poison in [W, row_cap) (the stride's padding is never written). Returns 0 or fills why. */

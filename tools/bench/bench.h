@@ -143,7 +143,8 @@ typedef struct {
   float *h_q_scale, *h_weights;
   uint16_t *h_q_attn;
   int32_t *h_topk, *h_lens;
-  int32_t *page_pos;        /* [num_pages]: block index of a page in the checked request, or -1 */
+  int64_t *slot_of_pos;     /* [max_S]: --check, the slot of each position of the checked token */
+  uint8_t *no_bad_pos;      /* [max_S] zeros: every position of the pool lies in the cache */
   uint8_t *mark;            /* [max_S] */
   int32_t *ref_topk;        /* [topk] */
   float *h_score_row;       /* [max_S] */

@@ -1,9 +1,11 @@
 /*
  * check.c — --check: a row's outputs (from the one run before timing) against the float64 CPU
- * reference (dsa_ref.h), by DESIGN.md §5's criteria: scores within tol x the row's largest |ref|;
- * top-k: lens = min(topk, L), -1 after it, distinct visible positions, none selected whose score is
- * below the k-th's - eps and none left out above the k-th's + eps; attention on the GPU's own top-k:
- * relative L2 <= 1e-2 a token, lse within 1e-3 (relative above 1). A row keeps its first failure.
+ * reference (dsa_ref.h), by DESIGN.md §5's criteria, through the GPU tests' row checks
+ * (tests/support/row_checks.h): scores within tol x the row's largest |ref|; top-k: lens =
+ * min(topk, L), -1 after it, distinct visible positions, none selected whose score is below the
+ * k-th's - eps and none left out above the k-th's + eps; attention on the GPU's own top-k: relative
+ * L2 <= TOL_ATTN_OUT a token, lse within TOL_ATTN_LSE (relative above 1). A row keeps its first
+ * failure.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -12,6 +14,7 @@
 
 #include "bench.h"
 #include "dsa_ref.h"
+#include "row_checks.h"
 
 typedef struct {
   int fails;
@@ -27,77 +30,30 @@ static void check_fail(check_state *c, const char *fmt, ...) {
   }
 }
 
-static double score_tol(const bench *b) { return b->o.q_fp8 ? 2e-3 : 1e-5; }
+static double score_tol(const bench *b) { return b->o.q_fp8 ? TOL_SCORE_FP8 : TOL_SCORE_BF16; }
 
-/* max |gpu - ref| <= tol * max |ref| over the row. */
+/* Scores of token t, positions [0, L), against the reference (row_checks.h). */
 static void check_scores(check_state *c, int t, const float *gpu, const double *ref, int L, double tol) {
-  double maxref = 0.0, maxdiff = 0.0;
-  int worst = 0;
-  for (int i = 0; i < L; i++) maxref = fmax(maxref, fabs(ref[i]));
-  for (int i = 0; i < L; i++) {
-    double d = fabs((double)gpu[i] - ref[i]);
-    if (!(d <= maxdiff)) { /* NaN (unwritten) counts as worst */
-      maxdiff = isnan(d) ? INFINITY : d;
-      worst = i;
-    }
-  }
-  if (!(maxdiff <= tol * maxref))
-    check_fail(c, "token %d scores: |gpu-ref| = %.3g at %d (gpu %.6g, ref %.6g) > %.1e * max|ref| %.4g",
-               t, maxdiff, worst, (double)gpu[worst], ref[worst], tol, maxref);
+  double ratio = 0.0;
+  char why[256];
+  if (check_score_row(ref, gpu, L, L, L, tol, &ratio, why, sizeof why)) check_fail(c, "token %d scores: %s", t, why);
 }
 
-/* Top-k of one token. idx holds global slots; page_pos maps a slot's page to its block index in
- * the context, so position = page_pos[slot / PAGE] * PAGE + slot % PAGE, taken relative to begin.
+/* Top-k of one token (row_checks.h's criterion). idx holds global slots; the token's positions
+ * [begin, begin + L) live in block-table row r, so position p is slot bt[p / PAGE] * PAGE + p % PAGE.
  * ref (L reference scores) may be NULL when L <= topk (every position must be selected). */
-static void check_topk(bench *b, check_state *c, int t, const double *ref, int64_t begin, int L,
+static void check_topk(bench *b, check_state *c, int t, int r, const double *ref, int64_t begin, int L,
                        const int32_t *idx, int32_t len, double tol) {
-  int topk = b->o.topk;
-  int k = L < topk ? L : topk;
-  if (len != k) {
-    check_fail(c, "token %d: lens = %d, expected %d", t, len, k);
-    return;
-  }
-  memset(b->mark, 0, (size_t)L);
-  for (int i = 0; i < topk; i++) {
-    int32_t s = idx[i];
-    if (i >= k) {
-      if (s != -1) {
-        check_fail(c, "token %d: entry %d past lens = %d is %d, expected -1", t, i, k, s);
-        return;
-      }
-      continue;
-    }
-    int64_t pos = -1;
-    if (s >= 0 && s < b->num_slots && b->page_pos[s / PAGE] >= 0)
-      pos = (int64_t)b->page_pos[s / PAGE] * PAGE + s % PAGE - begin;
-    if (pos < 0 || pos >= L) {
-      check_fail(c, "token %d: entry %d = slot %d is not one of its %d visible positions", t, i, s, L);
-      return;
-    }
-    if (b->mark[pos]) {
-      check_fail(c, "token %d: slot %d selected twice", t, s);
-      return;
-    }
-    b->mark[pos] = 1;
-  }
-  if (L <= topk) return; /* k = L distinct visible positions: all of them */
-  int n = dsa_ref_topk_row_f64(ref, L, topk, b->ref_topk);
-  double kth = ref[b->ref_topk[n - 1]];
-  double maxref = 0.0;
-  for (int i = 0; i < L; i++) maxref = fmax(maxref, fabs(ref[i]));
-  double eps = tol * maxref;
+  const int32_t *bt = b->h_block_table + (size_t)r * b->ppr;
   for (int i = 0; i < L; i++) {
-    if (b->mark[i] && ref[i] < kth - eps) {
-      check_fail(c, "token %d: position %d selected with score %.6g < k-th %.6g - eps %.3g", t, i,
-                 ref[i], kth, eps);
-      return;
-    }
-    if (!b->mark[i] && ref[i] > kth + eps) {
-      check_fail(c, "token %d: position %d (score %.6g > k-th %.6g + eps %.3g) not selected", t, i,
-                 ref[i], kth, eps);
-      return;
-    }
+    const int64_t p = begin + i;
+    b->slot_of_pos[i] = (int64_t)bt[p / PAGE] * PAGE + p % PAGE;
   }
+  topk_row row = {.L = L, .score = ref, .out_val = b->slot_of_pos, .bad = b->no_bad_pos, .topk = b->o.topk,
+                  .tol = tol, .got = idx, .has_len = 1, .got_len = len};
+  double worst = 0.0;
+  char why[256];
+  if (check_topk_row(&row, why, sizeof why, &worst)) check_fail(c, "token %d top-k: %s", t, why);
 }
 
 /* Attention of tokens [t0, t0 + nt) on the GPU's own top-k (h_topk / h_lens already copied). */
@@ -124,13 +80,13 @@ static void check_attention(bench *b, check_state *c, int t0, int nt, int H) {
       den += r * r;
     }
     double rel = den > 0.0 ? sqrt(num / den) : sqrt(num);
-    if (!(rel <= 1e-2)) {
-      check_fail(c, "token %d attention: ||out-ref||/||ref|| = %.3g > 1e-2", t0 + t, rel);
+    if (!(rel <= TOL_ATTN_OUT)) {
+      check_fail(c, "token %d attention: ||out-ref||/||ref|| = %.3g > %.0e", t0 + t, rel, TOL_ATTN_OUT);
       break;
     }
     for (int h = 0; h < H; h++) {
       double g = gpu_lse[t * H + h], r = ref_lse[t * H + h];
-      int ok = isinf(r) ? (g == r) : fabs(g - r) <= 1e-3 * fmax(1.0, fabs(r));
+      int ok = isinf(r) ? (g == r) : fabs(g - r) <= TOL_ATTN_LSE * fmax(1.0, fabs(r));
       if (!ok) {
         check_fail(c, "token %d head %d: lse %.7g, ref %.7g", t0 + t, h, g, r);
         break;
@@ -147,12 +103,6 @@ void copy_topk_back(bench *b, int T) {
   CK(cudaMemcpy(b->h_topk, b->d_topk, sizeof(int32_t) * (size_t)T * b->o.topk,
                 cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(b->h_lens, b->d_lens, sizeof(int32_t) * (size_t)T, cudaMemcpyDeviceToHost));
-}
-
-/* page_pos for the first `blocks` pages of block-table row r (set = 1) or back to -1 (set = 0). */
-static void map_pages(bench *b, int r, int64_t blocks, int set) {
-  const int32_t *bt = b->h_block_table + (size_t)r * b->ppr;
-  for (int64_t j = 0; j < blocks; j++) b->page_pos[bt[j]] = set ? (int32_t)j : -1;
 }
 
 /* GPU scores of token t, positions [0, L), from a row of stride S. */
@@ -188,15 +138,13 @@ void check_decode(bench *b, row_result *row, int B, int64_t S, int sample, int c
     int scored = 0;
     for (int j = 0; j < n; j++) scored |= dsa_ref_decode_len(&ha, j) > b->o.topk;
     if (scored) dsa_ref_indexer_decode_scores_f64(&ha, ref, S);
-    map_pages(b, r, ceil_div(S, PAGE), 1);
     for (int j = 0; j < n; j++) {
       int t = r * n + j, L = dsa_ref_decode_len(&ha, j);
       const double *rrow = ref + (size_t)j * S;
       if (L > b->o.topk) check_scores(&c, t, gpu_scores_row(b, t, S, L), rrow, L, score_tol(b));
-      check_topk(b, &c, t, L > b->o.topk ? rrow : NULL, 0, L, b->h_topk + (size_t)t * b->o.topk,
+      check_topk(b, &c, t, r, L > b->o.topk ? rrow : NULL, 0, L, b->h_topk + (size_t)t * b->o.topk,
                  b->h_lens[t], score_tol(b));
     }
-    map_pages(b, r, ceil_div(S, PAGE), 0);
     if (check_attn && !c.fails) check_attention(b, &c, r * n, n, H);
   }
   free(ref);
@@ -211,7 +159,6 @@ void check_prefill(bench *b, row_result *row, int64_t S) {
   const int toks[3] = {0, T / 2 > 0 ? T / 2 - 1 : 0, T - 1};
   copy_topk_back(b, T);
   double *ref = xmalloc(sizeof(double) * (size_t)S);
-  map_pages(b, 0, ceil_div(S, PAGE), 1);
   for (int k = 0; k < 3 && !c.fails; k++) {
     int t = toks[k];
     dsa_indexer_prefill_args ha = prefill_args(b, S, 1);
@@ -229,11 +176,10 @@ void check_prefill(bench *b, row_result *row, int64_t S) {
                     cudaMemcpyDeviceToHost));
       check_scores(&c, t, b->h_score_row, ref, L, score_tol(b));
     }
-    check_topk(b, &c, t, L > b->o.topk ? ref : NULL, begin, L, b->h_topk + (size_t)t * b->o.topk,
+    check_topk(b, &c, t, 0, L > b->o.topk ? ref : NULL, begin, L, b->h_topk + (size_t)t * b->o.topk,
                b->h_lens[t], score_tol(b));
     if (!c.fails) check_attention(b, &c, t, 1, row->heads);
   }
-  map_pages(b, 0, ceil_div(S, PAGE), 0);
   free(ref);
   finish_check(row, &c, t0);
 }

@@ -273,8 +273,9 @@ void setup(bench *b, int n_req, int64_t max_S, int max_tokens, int max_heads, si
   /* Check scratch. */
   b->h_topk = xmalloc(sizeof(int32_t) * (size_t)max_tokens * o->topk);
   b->h_lens = xmalloc(sizeof(int32_t) * (size_t)max_tokens);
-  b->page_pos = xmalloc(sizeof(int32_t) * (size_t)b->num_pages);
-  for (int64_t i = 0; i < b->num_pages; i++) b->page_pos[i] = -1;
+  b->slot_of_pos = xmalloc(sizeof(int64_t) * (size_t)max_S);
+  b->no_bad_pos = xmalloc((size_t)max_S);
+  memset(b->no_bad_pos, 0, (size_t)max_S);
   b->mark = xmalloc((size_t)max_S);
   b->ref_topk = xmalloc(sizeof(int32_t) * (size_t)o->topk);
   b->h_score_row = xmalloc(sizeof(float) * (size_t)max_S);
@@ -304,7 +305,7 @@ void teardown(bench *b) {
     if (dev[i]) CK(cudaFree(dev[i]));
   void *host[] = {b->h_index_k, b->h_kv,     b->h_block_table, b->h_seq_lens, b->h_row_starts,
                   b->h_row_ends, b->h_ws_slots, b->h_q_idx,   b->h_q_scale,  b->h_weights,
-                  b->h_q_attn,  b->h_topk,   b->h_lens,       b->page_pos,   b->mark,
+                  b->h_q_attn,  b->h_topk,   b->h_lens,       b->slot_of_pos, b->no_bad_pos, b->mark,
                   b->ref_topk,  b->h_score_row};
   for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
   for (int i = 0; i < 2 * TIME_CHUNK; i++) CK(cudaEventDestroy(b->ev[i]));
