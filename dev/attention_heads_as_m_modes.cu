@@ -431,15 +431,12 @@ static void run(int fp8, int T, int H) {
   CK(cudaMemset(dq, 0x3C, 2 * (size_t)T * H * 576)); /* bf16 0x3C3C ~ 0.0115 */
   const dsa_sparse_mla_args a =
       mla_dev_args(dq, T, H, dkv, fp8 ? DSA_KV_FP8_PACKED : DSA_KV_BF16, S, didx, topk, dout, NULL);
-  hm_params prm;
-  memset(&prm, 0, sizeof prm);
-  prm.io = mla_io_of(&a);
-  prm.io.num_slots = mla_slots_cap(a.num_slots);
-  prm.scale_log2 = mla_scale_log2(&a);
-  prm.topk = topk;
-  prm.num_heads = H;
-  prm.num_groups = (H + 63) / 64;
-  prm.splits = 1;
+  dsa_attention_plan pl;
+  memset(&pl, 0, sizeof pl);
+  pl.kernel = DSA_ATTN_HEADS_AS_M;
+  pl.groups = (H + 63) / 64;
+  pl.splits = 1;
+  const hm_params prm = hm_params_of(&a, &pl);
   static dsa_smem_cache cache_fp8, cache_bf16;
   auto launch = [&]() {
     if (fp8)

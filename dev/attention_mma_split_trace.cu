@@ -150,20 +150,8 @@ __global__ void __launch_bounds__(MS_COMBINE_THREADS) ms_traced_combine_kernel(c
 template <int MT>
 static cudaError_t traced_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl, void *ws,
                                  cudaStream_t st) {
-  ms_params prm;
-  memset(&prm, 0, sizeof prm);
-  prm.io = mla_io_of(a);
+  const ms_params prm = ms_params_of(a, pl, ws); /* the library's (splits > 1 here: the partials in ws) */
   const size_t rows = (size_t)a->num_tokens * a->num_heads;
-  prm.o_part = (float *)ws;
-  prm.ml_part = (float2 *)((uint8_t *)ws + (size_t)pl->splits * rows * MLA_V_DIM * sizeof(float));
-  prm.scale_log2 = mla_scale_log2(a);
-  prm.topk = a->topk;
-  prm.num_heads = a->num_heads;
-  prm.num_tokens = a->num_tokens;
-  prm.num_groups = pl->groups;
-  prm.splits = pl->splits;
-  prm.blocks_per_split = pl->blocks_per_split;
-  prm.num_blocks = pl->num_blocks;
   static dsa_smem_cache cache;
   cudaError_t err = dsa_launch_smem(ms_traced_kernel<MT, true>, &cache, dim3((unsigned)(a->num_tokens * pl->groups * pl->splits)),
                                     MS_THREADS, ms_cfg<MT, true>::SMEM_BYTES, st, true, prm);

@@ -106,16 +106,15 @@ static void trace(int T, int H, int splits, const char *name) {
   CK(cudaMalloc(&dout, (size_t)T * H * 512 * 2));
   CK(cudaMalloc(&dlse, (size_t)T * H * 4));
   const dsa_sparse_mla_args a = mla_dev_args(dq, T, H, dkv, DSA_KV_FP8_PACKED, S, didx, topk, dout, dlse);
-  rm_params prm;
-  memset(&prm, 0, sizeof prm);
-  prm.io = mla_io_of(&a);
-  prm.scale_log2 = mla_scale_log2(&a);
-  prm.topk = topk;
-  prm.num_heads = H;
-  prm.num_groups = (H + (H <= 16 ? 16 : 32) - 1) / (H <= 16 ? 16 : 32);
-  prm.splits = splits;
-  prm.blocks_per_split = nblk / splits;
-  prm.num_blocks = nblk;
+  dsa_attention_plan pl;
+  memset(&pl, 0, sizeof pl);
+  pl.kernel = DSA_ATTN_ROWS_AS_M;
+  pl.mt = H <= 16 ? 1 : 2; /* 16 or 32 heads a CTA */
+  pl.groups = (H + 16 * pl.mt - 1) / (16 * pl.mt);
+  pl.splits = splits;
+  pl.num_blocks = nblk;
+  pl.blocks_per_split = nblk / splits;
+  const rm_params prm = rm_params_of(&a, &pl);
   const unsigned ctas = (unsigned)(T * prm.num_groups * splits);
   for (int i = 0; i < 4; ++i) { /* the last one is read */
     if (H <= 16) traced_launch<16>(prm, ctas, 0);

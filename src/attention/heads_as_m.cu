@@ -698,6 +698,20 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_pa
 /* ---------------------------------------------------------------------------------------------
  * Host side.
  */
+/* The kernel's parameters for a call and its plan. */
+static hm_params hm_params_of(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl) {
+  hm_params prm;
+  prm.io = mla_io_of(a);
+  prm.io.num_slots = mla_slots_cap(a->num_slots);
+  prm.scale_log2 = mla_scale_log2(a);
+  prm.topk = a->topk;
+  prm.num_heads = a->num_heads;
+  prm.num_groups = pl->groups;
+  prm.splits = pl->splits;
+  prm.token_offset = 0;
+  return prm;
+}
+
 template <bool FP8>
 static cudaError_t hm_launch(hm_params prm, int64_t num_tokens, cudaStream_t stream) {
   static dsa_smem_cache cache;
@@ -713,15 +727,7 @@ static cudaError_t hm_launch(hm_params prm, int64_t num_tokens, cudaStream_t str
 extern "C" int dsa_attention_heads_as_m_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl,
                                                cudaStream_t stream) {
   if (a->num_tokens <= 0) return 0;
-  hm_params prm;
-  prm.io = mla_io_of(a);
-  prm.io.num_slots = mla_slots_cap(a->num_slots);
-  prm.scale_log2 = mla_scale_log2(a);
-  prm.topk = a->topk;
-  prm.num_heads = a->num_heads;
-  prm.num_groups = pl->groups;
-  prm.splits = pl->splits;
-  prm.token_offset = 0;
+  const hm_params prm = hm_params_of(a, pl);
   const cudaError_t err = a->kv_format == DSA_KV_FP8_PACKED ? hm_launch<true>(prm, a->num_tokens, stream)
                                                             : hm_launch<false>(prm, a->num_tokens, stream);
   return (int)err;

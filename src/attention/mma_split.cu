@@ -657,8 +657,32 @@ __global__ void __launch_bounds__(MS_COMBINE_THREADS) ms_combine_kernel(const fl
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Host side: launches for a split plan made by plan.c (dsa_attention_plan).
+ * Host side: launches for a split plan made by host/plan.c (dsa_attention_plan).
  */
+/* The kernel's parameters for a call and its plan; with splits > 1 the partials are the workspace:
+ * O [splits][tokens x heads][512] fp32, then (m, l) [splits][tokens x heads]. */
+static ms_params ms_params_of(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl, void *workspace) {
+  ms_params prm;
+  prm.io = mla_io_of(a);
+  prm.o_part = nullptr;
+  prm.ml_part = nullptr;
+  if (pl->splits > 1) {
+    const size_t rows = (size_t)a->num_tokens * (size_t)a->num_heads;
+    prm.o_part = (float *)workspace;
+    prm.ml_part = (float2 *)((uint8_t *)workspace + (size_t)pl->splits * rows * MLA_V_DIM * sizeof(float));
+  }
+  prm.scale_log2 = mla_scale_log2(a);
+  prm.topk = a->topk;
+  prm.num_heads = a->num_heads;
+  prm.num_tokens = a->num_tokens;
+  prm.token_offset = 0;
+  prm.num_groups = pl->groups;
+  prm.splits = pl->splits;
+  prm.blocks_per_split = pl->blocks_per_split;
+  prm.num_blocks = pl->num_blocks;
+  return prm;
+}
+
 template <int MT, bool FP8>
 static cudaError_t ms_launch(ms_params prm, int64_t num_tokens, cudaStream_t stream) {
   static dsa_smem_cache cache;
@@ -676,24 +700,8 @@ extern "C" int dsa_attention_mma_split_launch(const dsa_sparse_mla_args *a, cons
   if (a->num_tokens <= 0) return 0;
   const bool fp8 = a->kv_format == DSA_KV_FP8_PACKED;
 
-  ms_params prm;
-  prm.io = mla_io_of(a);
-  prm.o_part = nullptr;
-  prm.ml_part = nullptr;
+  const ms_params prm = ms_params_of(a, pl, workspace);
   const size_t rows = (size_t)a->num_tokens * (size_t)a->num_heads;
-  if (pl->splits > 1) {
-    prm.o_part = (float *)workspace;
-    prm.ml_part = (float2 *)((uint8_t *)workspace + (size_t)pl->splits * rows * MLA_V_DIM * sizeof(float));
-  }
-  prm.scale_log2 = mla_scale_log2(a);
-  prm.topk = a->topk;
-  prm.num_heads = a->num_heads;
-  prm.num_tokens = a->num_tokens;
-  prm.token_offset = 0;
-  prm.num_groups = pl->groups;
-  prm.splits = pl->splits;
-  prm.blocks_per_split = pl->blocks_per_split;
-  prm.num_blocks = pl->num_blocks;
 
   cudaError_t err;
   if (fp8) {

@@ -737,6 +737,21 @@ __global__ void __launch_bounds__(rm_cfg<HN, FP8>::THREADS, 1) rm_attention_kern
 /* ---------------------------------------------------------------------------------------------
  * Host side.
  */
+/* The kernel's parameters for a call and its plan. */
+static rm_params rm_params_of(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl) {
+  rm_params prm;
+  prm.io = mla_io_of(a);
+  prm.scale_log2 = mla_scale_log2(a);
+  prm.topk = a->topk;
+  prm.num_heads = a->num_heads;
+  prm.token_offset = 0;
+  prm.num_groups = pl->groups;
+  prm.splits = pl->splits;
+  prm.blocks_per_split = pl->blocks_per_split;
+  prm.num_blocks = pl->num_blocks;
+  return prm;
+}
+
 template <int HN, bool FP8>
 static cudaError_t rm_launch(rm_params prm, int64_t num_tokens, cudaStream_t stream) {
   static dsa_smem_cache cache;
@@ -753,16 +768,7 @@ static cudaError_t rm_launch(rm_params prm, int64_t num_tokens, cudaStream_t str
 extern "C" int dsa_attention_rows_as_m_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl,
                                               cudaStream_t stream) {
   if (a->num_tokens <= 0) return 0;
-  rm_params prm;
-  prm.io = mla_io_of(a);
-  prm.scale_log2 = mla_scale_log2(a);
-  prm.topk = a->topk;
-  prm.num_heads = a->num_heads;
-  prm.token_offset = 0;
-  prm.num_groups = pl->groups;
-  prm.splits = pl->splits;
-  prm.blocks_per_split = pl->blocks_per_split;
-  prm.num_blocks = pl->num_blocks;
+  const rm_params prm = rm_params_of(a, pl);
   const bool fp8 = a->kv_format == DSA_KV_FP8_PACKED;
   cudaError_t err;
   if (pl->mt == 1)

@@ -314,7 +314,7 @@ static cudaError_t mma_launch_t(const dsa_scores_params *p, dim3 grid, int T, in
 
 #define MMA_SMEM_LIMIT (227 * 1024)
 
-/* max_x <= DSA_MAX_ROW_LEN (dsa.c): tile arithmetic in the kernel stays inside int. */
+/* max_x <= DSA_MAX_ROW_LEN (checked in host/api_indexer.c): tile arithmetic in the kernel stays inside int. */
 static int mma_launch(const dsa_scores_params *p, int T, int HP, int groups, int max_x,
                      cudaStream_t stream) {
   const int total_tiles = (int)(((int64_t)max_x + MMA_TILE - 1) / MMA_TILE);

@@ -301,7 +301,8 @@ static bool ws_key_map(const dsa_scores_params *p, CUtensorMap *map) {
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-/* max_x <= DSA_MAX_ROW_LEN (dsa.c): tile arithmetic in the kernel stays inside int. kmap: TMA only. */
+/* max_x <= DSA_MAX_ROW_LEN (checked in host/api_indexer.c): tile arithmetic in the kernel stays
+ * inside int. kmap: TMA only. */
 template <bool F16, bool TMA>
 static int ws_launch(const dsa_scores_params *p, const CUtensorMap &kmap, cudaStream_t stream) {
   if (p->num_tokens <= 0) return 0;

@@ -74,7 +74,7 @@ DSA_WGMMA_N32(bf16)
 #undef DSA_WGMMA_N16
 #undef DSA_WGMMA_N32
 
-/* m64n64k16 and m64n256k16 (heads-as-M attention, dev/mla_v3.cu), same operands and flags. */
+/* m64n64k16 and m64n256k16 (the heads_as_m attention), same operands and flags. */
 #define DSA_WGMMA_N64(TYPE)                                                                                          \
 template <int TA, int TB>                                                                                            \
 __device__ __forceinline__ void ptx_wgmma_m64n64k16_##TYPE(float (&d)[32], uint64_t da, uint64_t db, int scale_d) {  \

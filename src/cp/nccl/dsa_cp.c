@@ -234,7 +234,7 @@ static dsa_status plan_decode(const dsa_cp_decode_args *a, void *ws, cp_decode_p
   const int maxb = a->max_blocks_per_req, page = a->index_cache.page_size;
   int64_t lm = shard_owned_below(s, a->max_seq_len);
   if (lm > (int64_t)maxb * page) lm = (int64_t)maxb * page;
-  int64_t scored = lm + n - 1; /* the scorer's rows: a request's n tokens together (cp_rows.cu) */
+  int64_t scored = lm + n - 1; /* the scorer's rows: a request's n tokens together (local_rows.cu) */
   if (scored > (int64_t)maxb * page) scored = (int64_t)maxb * page;
   p->T = T;
   p->local_max = (int)lm;
