@@ -129,6 +129,25 @@ static void rows_from_prefill(dsa_rows *r, const dsa_indexer_prefill_args *a, in
   r->page_size = a->cache.page_size;
 }
 
+/* Scoring of tokens [t0, t0 + n) of an indexer call into rows of `stride` floats from `scores`, its
+ * kernel chosen (host/choose.c). skip_len: rows with L <= skip_len are not scored (-1: every row). */
+static dsa_scores_params scores_params(const dsa_indexer_query *q, const dsa_index_k_cache *c, dsa_rows rows,
+                                       int t0, int n, int sms, int skip_len, float *scores, int64_t stride) {
+  dsa_scores_params sp;
+  memset(&sp, 0, sizeof sp);
+  sp.q = *q;
+  sp.cache = *c;
+  sp.rows = rows;
+  sp.rows.token_begin = t0;
+  sp.num_sms = sms;
+  sp.num_tokens = n;
+  sp.skip_len = skip_len;
+  sp.scores = scores;
+  sp.scores_stride = stride;
+  dsa_choose_scores(&sp);
+  return sp;
+}
+
 /* Top-k of tokens [t0, t0 + n) of an indexer call: their rows, outputs and lengths (no scores). */
 static dsa_topk_params topk_rows(dsa_rows rows, int t0, int n, int topk, int32_t *out, int32_t *lens, int sms) {
   dsa_topk_params tp;
@@ -159,19 +178,8 @@ static dsa_status run_indexer(const char *fn, const dsa_indexer_query *q, const 
     const int gn = (int)(num_tokens - g0 < plan->group ? num_tokens - g0 : plan->group);
     for (int64_t t0 = g0; t0 < g0 + gn; t0 += plan->chunk) {
       const int n = (int)(g0 + gn - t0 < plan->chunk ? g0 + gn - t0 : plan->chunk);
-      rows.token_begin = (int)t0;
       if (max_len > topk) {
-        dsa_scores_params sp;
-        memset(&sp, 0, sizeof sp);
-        sp.q = *q;
-        sp.cache = *c;
-        sp.rows = rows;
-        sp.num_sms = sms;
-        sp.num_tokens = n;
-        sp.skip_len = topk;
-        sp.scores = scores;
-        sp.scores_stride = plan->stride;
-        dsa_choose_scores(&sp);
+        dsa_scores_params sp = scores_params(q, c, rows, (int)t0, n, sms, topk, scores, plan->stride);
         CHECK(dsa_cuda_status(fn, dsa_scores_launch(&sp, stream)));
       }
       dsa_topk_params tp = topk_rows(rows, (int)t0, n, topk, out, lens, sms);
@@ -252,19 +260,9 @@ static dsa_status run_scores(const char *fn, const dsa_indexer_query *q, const d
   CHECK(dsa_need_device(fn, &sms));
   const int per = DSA_SCORE_TOKENS_PER_LAUNCH - DSA_SCORE_TOKENS_PER_LAUNCH % multiple;
   for (int64_t t0 = 0; t0 < num_tokens; t0 += per) {
-    dsa_scores_params sp;
-    memset(&sp, 0, sizeof sp);
-    sp.q = *q;
-    sp.cache = *c;
-    sp.rows = rows;
-    sp.rows.token_begin = (int)t0;
-    sp.num_sms = sms;
-    sp.num_tokens = (int)(num_tokens - t0 < per ? num_tokens - t0 : per);
-    sp.skip_len = skip_len;
-    sp.scores = scores + t0 * stride;
-    sp.scores_stride = stride;
+    const int n = (int)(num_tokens - t0 < per ? num_tokens - t0 : per);
+    dsa_scores_params sp = scores_params(q, c, rows, (int)t0, n, sms, skip_len, scores + t0 * stride, stride);
     sp.fill_tail = 1; /* DESIGN §3: columns past L hold -inf */
-    dsa_choose_scores(&sp);
     CHECK(dsa_cuda_status(fn, dsa_scores_launch(&sp, stream)));
   }
   return DSA_OK;
