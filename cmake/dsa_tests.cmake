@@ -69,12 +69,17 @@ dsa_gpu_test(dsa.gpu_scores_wgmma_tma test_gpu_indexer "DSA_KERNEL=scores:wgmma_
 # registers: the plain top-k cases and the indexer's
 dsa_gpu_test(dsa.gpu_topk_chain test_gpu_topk "DSA_KERNEL=topk:chain")
 dsa_gpu_test(dsa.gpu_topk_slices test_gpu_topk "DSA_KERNEL=topk:slices")
-dsa_gpu_test(dsa.gpu_topk_chain_indexer test_gpu_indexer "DSA_KERNEL=topk:chain")
-dsa_gpu_test(dsa.gpu_topk_slices_indexer test_gpu_indexer "DSA_KERNEL=topk:slices")
+dsa_gpu_test(dsa.gpu_topk_chain_indexer test_gpu_indexer "DSA_KERNEL=indexer:separate,topk:chain")
+dsa_gpu_test(dsa.gpu_topk_slices_indexer test_gpu_indexer "DSA_KERNEL=indexer:separate,topk:slices")
+# decode as two kernels, and every decode case fused: on TMA pages (FP8 q, 64-key pages) and on the
+# cp.async scorer (bf16 q and FP8 q)
+dsa_gpu_test(dsa.gpu_indexer_separate test_gpu_indexer "DSA_KERNEL=indexer:separate")
+dsa_gpu_test(dsa.gpu_indexer_fused test_gpu_indexer "DSA_KERNEL=indexer:fused")
+dsa_gpu_test(dsa.gpu_indexer_fused_wgmma test_gpu_indexer "DSA_KERNEL=indexer:fused,scores:wgmma")
 # the API cases (a workspace one byte short, empty batches, the CUDA graph of decode + attention) on
 # each forced kernel too: every kernel captured in a graph
 foreach(forced attention:mma_split attention:rows_as_m attention:heads_as_m scores:mma scores:wgmma
-        scores:wgmma_tma topk:chain topk:slices)
+        scores:wgmma_tma topk:chain topk:slices indexer:separate indexer:fused)
   string(REPLACE ":" "_" _name ${forced})
   dsa_gpu_test(dsa.gpu_api_${_name} test_gpu_api "DSA_KERNEL=${forced}")
 endforeach()

@@ -151,7 +151,9 @@ typedef struct {
  * deterministic), -1 past lens[t] = min(topk, L). A position whose page id is outside
  * [0, num_pages) scores -inf and is reported as -1 if selected.
  * Workspace: scores of as many tokens as fit in 256 MiB (at least one request's) and ~144 KiB of
- * top-k scratch a token for at most 256 tokens at a time: the fastest plan, up to ~292 MiB.
+ * top-k scratch a token for at most 256 tokens at a time: the fastest plan, up to ~292 MiB (the
+ * scores region at least ~58 KiB a token: where decode runs scores and top-k as one fused kernel,
+ * that is all it uses — per token three 2048-bin histograms, per-CTA counts, <= 4096 candidates).
  * workspace_limit > 0 asks for at most that many bytes: the fastest plan is kept when it fits;
  * otherwise rows longer than 40,960 are scored a chunk of tokens at a time and their top-k resolved
  * once a group (slower: on the H200, 64 requests x 1M with a 64 MiB limit: top-k 0.54 ms against

@@ -37,6 +37,22 @@
 #define DSA_TOPK_SLICE_MAX 16384
 #define DSA_TOPK_MAX_CLUSTER 8
 
+/* ---- the fused indexer (indexer/fused_topk.cuh): scores and top-k in one decode kernel ---- */
+/* A request's row spans at most this many CTAs (two an SM on 132 SMs); a launch needing more runs
+ * the separate scorer and top-k. */
+#define DSA_FUSED_MAX_CTAS 264
+/* The first digit's threshold bin is resolved from its elements gathered in the workspace when it
+ * holds at most this many (else by two more digit passes over the keys). */
+#define DSA_FUSED_CAND 4096
+/* Its control block in the indexer workspace: a 32-byte barrier counter per request (zeroed by the
+ * launcher before each launch), then per token three digit histograms, a candidate count (+ pad),
+ * each CTA's (above, equal) counts and the candidates (64-bit) — O(histograms + candidates),
+ * whatever the row's length. */
+#define DSA_FUSED_BAR_BYTES 32
+#define DSA_FUSED_TOKEN_WORDS (3 * TK_BINS + 2 + 2 * DSA_FUSED_MAX_CTAS + 2 * DSA_FUSED_CAND)
+#define DSA_FUSED_CTL_BYTES(tokens, groups) \
+  ((((size_t)(groups) * DSA_FUSED_BAR_BYTES + 255) & ~(size_t)255) + (size_t)(tokens) * DSA_FUSED_TOKEN_WORDS * 4)
+
 /* ---- sparse MLA attention (attention/) ---- */
 #define MLA_BLOCK_N 64          /* index entries per chunk (and per split block) */
 /* Clusters of 4 or 8 big CTAs do not all fit at once: a wave of them holds about half the SMs

@@ -24,6 +24,10 @@ extern "C" {
 
 /* ---- the kernels each stage's choice table picks from (host/choose.c; DSA_KERNEL names them) ---- */
 typedef enum {
+  DSA_INDEXER_SEPARATE = 1, /* the scorer (dsa_scores_kernel) writes scores, then the top-k kernel */
+  DSA_INDEXER_FUSED = 2     /* indexer/scores_wgmma.cu: decode scores and top-k in one kernel */
+} dsa_indexer_kernel;
+typedef enum {
   DSA_SCORES_MMA = 1,       /* indexer/scores_mma.cu: mma.sync, keys as M, cp.async per warp */
   DSA_SCORES_WGMMA = 2,     /* indexer/scores_wgmma.cu: warp-specialised wgmma, keys by cp.async */
   DSA_SCORES_WGMMA_TMA = 3  /* the same kernel, decode pages by one TMA tensor copy each */
@@ -87,6 +91,20 @@ typedef struct {
   dsa_scores_kernel fallback; /* WGMMA_TMA only: the scorer when the driver gives no tensor map */
 } dsa_scores_params;
 int dsa_scores_launch(const dsa_scores_params *p, cudaStream_t stream);
+
+/* ---- indexer/: scores and exact top-k of one decode launch in one kernel ---- */
+typedef struct {
+  int topk;
+  int32_t *out;            /* row of launch-token i at out + i * topk */
+  int32_t *out_lens;       /* may be NULL; indexed like out */
+  void *ctl;               /* DSA_FUSED_CTL_BYTES(num_tokens, requests) bytes of workspace, 256-B aligned */
+} dsa_fused_topk;
+/* p as for dsa_scores_launch (decode; p->scores unused; p->skip_len = topk), f the top-k's outputs.
+ * Returns DSA_FUSED_DECLINED, launching nothing, where the shape does not fit the fused kernel (its
+ * CTAs not all resident at once, a row's scores not in shared memory, no wgmma scorer for it): the
+ * caller then runs the separate scorer and top-k. */
+#define DSA_FUSED_DECLINED (-2)
+int dsa_indexer_fused_launch(const dsa_scores_params *p, const dsa_fused_topk *f, cudaStream_t stream);
 
 /* ---- topk/ ---- */
 typedef struct {

@@ -264,6 +264,16 @@ static const decode_case k_decode_cases[] = {
      .check_scores = 1, .check_determinism = 1, .seed = 109},
     {.name = "indexer decode H64 bf16-q bf16-w topk2048 n8 (MTP 8)", .H = 64, .w_bf16 = 1, .topk = 2048, .n = 8,
      .page_size = 64, .nreq = 3, .seq_lens = {9000, 2055, 33000}, .check_scores = 1, .seed = 110},
+    /* The fused indexer (FP8 q, 64-key pages): every key identical (b1 holds the whole row: digit
+     * passes, equal keys taken lowest position first across CTAs), four distinct keys, random rows
+     * (b1 gathered), a row just above topk, 1M-class rows over every CTA; then MTP 4 the same. */
+    {.name = "indexer decode H32 fp8-q f32-w topk2048 n1 fused: ties, distinct values, long rows", .H = 32,
+     .q_fp8 = 1, .topk = 2048, .n = 1, .page_size = 64, .nreq = 6,
+     .seq_lens = {70000, 140000, 5000, 2049, 300000, 4100}, .ties = {1, 2, 0, 1, 0, 2}, .bad_pages = 1,
+     .check_determinism = 1, .seed = 111},
+    {.name = "indexer decode H32 fp8-q bf16-w topk2048 n4 (MTP 4) fused: ties and random", .H = 32, .q_fp8 = 1,
+     .w_bf16 = 1, .topk = 2048, .n = 4, .page_size = 64, .nreq = 3, .seq_lens = {100000, 2050, 66000},
+     .ties = {2, 0, 1}, .check_determinism = 1, .seed = 112},
     /* Rows longer than the one-CTA top-k limit (128k): the histogram / filter / resolve chain. */
     {.name = "indexer decode H32 fp8-q f32-w topk2048 n1 long rows (multi-CTA top-k)", .H = 32, .q_fp8 = 1,
      .topk = 2048, .n = 1, .page_size = 64, .nreq = 3, .seq_lens = {140000, 3000, 135000}, .bad_pages = 1,

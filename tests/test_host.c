@@ -403,9 +403,54 @@ static dsa_status decode_call(int reqs, int n, int max_blocks, int page_size, in
   return dsa_indexer_decode(&d, FAKE(0xb00000000ull), bytes, 0);
 }
 
-/* The indexer's two tables: the scorer (mma / wgmma / wgmma_tma) and the top-k kernel (registers /
- * slices with its cluster / chain) each launch gets, by default and under DSA_KERNEL. */
+/* The indexer's tables: fused or separate (the first table below), then for separate launches the
+ * scorer (mma / wgmma / wgmma_tma) and the top-k kernel (registers / slices with its cluster /
+ * chain) each launch gets, by default and under DSA_KERNEL (these cases run with indexer:separate
+ * added to the spec). */
 static void test_indexer_kernel_choice(void) {
+  static const struct {
+    const char *spec;
+    int reqs, n, blocks, page, fp8, heads, decline, fused, scorer;
+  } fused_cases[] = {
+      /* FP8-q decode on 64-key pages (wgmma_tma), rows past 16k, <= 4 requests of <= 2 tokens:
+       * fused (1M; 2 x MTP 2 at 128k); 8k rows, batches of 64, MTP 4: separate; forced: fused */
+      {NULL, 1, 1, 16384, 64, 1, 32, 0, 1, DSA_SCORES_WGMMA_TMA},
+      {NULL, 2, 2, 2048, 64, 1, 64, 0, 1, DSA_SCORES_WGMMA_TMA},
+      {NULL, 1, 1, 128, 64, 1, 32, 0, 0, DSA_SCORES_WGMMA_TMA},
+      {NULL, 64, 1, 2048, 64, 1, 32, 0, 0, DSA_SCORES_WGMMA_TMA},
+      {NULL, 1, 4, 2048, 64, 1, 32, 0, 0, DSA_SCORES_WGMMA_TMA},
+      {"indexer:fused", 64, 4, 2048, 64, 1, 64, 0, 1, DSA_SCORES_WGMMA_TMA},
+      {"indexer:fused", 1, 1, 128, 64, 1, 32, 0, 1, DSA_SCORES_WGMMA_TMA},
+      /* the kernel declines (grid not resident, scores not in shared memory): the two kernels */
+      {NULL, 1, 1, 2048, 64, 1, 32, 1, 0, DSA_SCORES_WGMMA_TMA},
+      /* bf16 q (mma) and 32-key pages: separate; forced on wgmma: fused */
+      {NULL, 1, 1, 128, 64, 0, 32, 0, 0, DSA_SCORES_MMA},
+      {"indexer:fused", 1, 1, 128, 64, 0, 32, 0, 0, DSA_SCORES_MMA},
+      {"indexer:fused,scores:wgmma", 1, 1, 128, 64, 0, 32, 0, 1, DSA_SCORES_WGMMA},
+      {"indexer:fused,scores:wgmma", 1, 2, 256, 32, 1, 64, 0, 1, DSA_SCORES_WGMMA},
+      {"indexer:separate", 1, 1, 128, 64, 1, 32, 0, 0, DSA_SCORES_WGMMA_TMA},
+  };
+  for (size_t i = 0; i < sizeof fused_cases / sizeof fused_cases[0]; i++) {
+    dsa_choose_override(fused_cases[i].spec);
+    g_dsa_stub.fused_decline = fused_cases[i].decline;
+    const dsa_status st = decode_call(fused_cases[i].reqs, fused_cases[i].n, fused_cases[i].blocks,
+                                      fused_cases[i].page, fused_cases[i].fp8, fused_cases[i].heads);
+    g_dsa_stub.fused_decline = 0;
+    char name[200];
+    snprintf(name, sizeof name, "indexer %s, %s: %d x %d tokens, %d pages of %d, %s q%s -> scorer %d",
+             fused_cases[i].fused ? "fused" : "separate", fused_cases[i].spec ? fused_cases[i].spec : "default",
+             fused_cases[i].reqs, fused_cases[i].n, fused_cases[i].blocks, fused_cases[i].page,
+             fused_cases[i].fp8 ? "FP8" : "bf16", fused_cases[i].decline ? ", declined" : "", fused_cases[i].scorer);
+    const int fused = g_dsa_stub.fused_launches > 0;
+    /* every launch fused, or none (then one scores and one top-k launch a chunk) */
+    const int all = fused ? g_dsa_stub.fused_launches == g_dsa_stub.launches : g_dsa_stub.launches % 2 == 0;
+    check(st == DSA_OK && g_dsa_stub.violations == 0 && fused == fused_cases[i].fused && all &&
+              g_dsa_stub.scores_kernel == fused_cases[i].scorer &&
+              g_dsa_stub.scores_tokens == (int64_t)fused_cases[i].reqs * fused_cases[i].n &&
+              g_dsa_stub.topk_tokens == (int64_t)fused_cases[i].reqs * fused_cases[i].n,
+          name, "status %lld, fused launches %lld", st, g_dsa_stub.fused_launches);
+  }
+
   static const struct {
     const char *spec;
     int reqs, n, blocks, page, fp8, heads, scorer, topk, cluster;
@@ -436,7 +481,9 @@ static void test_indexer_kernel_choice(void) {
       {" topk:registers , scores:mma ", 4, 1, 2048, 64, 1, 32, DSA_SCORES_MMA, DSA_TOPK_SLICES, 8},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    dsa_choose_override(cases[i].spec);
+    char spec[128];
+    snprintf(spec, sizeof spec, "indexer:separate%s%s", cases[i].spec ? "," : "", cases[i].spec ? cases[i].spec : "");
+    dsa_choose_override(spec);
     const dsa_status st =
         decode_call(cases[i].reqs, cases[i].n, cases[i].blocks, cases[i].page, cases[i].fp8, cases[i].heads);
     char name[200];

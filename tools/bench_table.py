@@ -2,7 +2,10 @@
 that the figures in README.md and docs/PERF.md are exactly what the committed JSON says. Given a
 second file from `dsa-bench glm --cold --json`, each table gets the cold columns beside the hot ones.
 
-    python3 tools/bench_table.py docs/bench/glm-topk-2026-11-30.json [docs/bench/glm-topk-cold-2026-11-30.json]
+Columns: scores = the scores-only call, indexer = the scores + top-k call (decode: one fused kernel
+where the choice table takes it), attention, total = indexer + attention.
+
+    python3 tools/bench_table.py docs/bench/glm-fused-2026-12-01.json [docs/bench/glm-fused-cold-2026-12-01.json]
 """
 
 import json
@@ -31,19 +34,19 @@ def main(path: str, cold_path: str | None) -> None:
             continue
         cold_by_s = {r["S"]: r for r in rows_of(cold, table)} if cold else {}
         print(title + "\n")
-        head = "| S | scores | top-k | attention | **total** |"
+        head = "| S | scores | indexer | attention | **total** |"
         rule = "|---|---|---|---|---|"
         if cold:
-            head += " cold scores | cold top-k | cold attention | **cold total** |"
+            head += " cold scores | cold indexer | cold attention | **cold total** |"
             rule += "---|---|---|---|"
         print(head + " % of floor | Gluon | × |")
         print(rule + "---|---|---|")
         for r in rows:
-            line = (f"| {label(r['S'])} | {r['scores_ms']:.4f} | {r['topk_ms']:.4f} | {r['attn_ms']:.4f} | "
+            line = (f"| {label(r['S'])} | {r['scores_ms']:.4f} | {r['indexer_ms']:.4f} | {r['attn_ms']:.4f} | "
                     f"**{r['total_ms']:.4f}** |")
             if cold:
                 c = cold_by_s.get(r["S"])
-                line += (f" {c['scores_ms']:.4f} | {c['topk_ms']:.4f} | {c['attn_ms']:.4f} | **{c['total_ms']:.4f}** |"
+                line += (f" {c['scores_ms']:.4f} | {c['indexer_ms']:.4f} | {c['attn_ms']:.4f} | **{c['total_ms']:.4f}** |"
                          if c else " – | – | – | – |")
             print(line + f" {r['pct_floor_total']:.1f} | {r['gluon_ms']:.3f} | {r['ours_over_gluon']:.2f} |")
         print()

@@ -50,7 +50,8 @@ fi
 GPU_TESTS=(test_gpu_indexer test_gpu_topk test_gpu_attention test_gpu_cache test_gpu_api test_gpu_garbage test_gpu_cp)
 # program | DSA_KERNEL values other than the library's choice that the program's cases run on
 FORCED=(
-  "test_gpu_indexer|scores:mma scores:wgmma scores:wgmma_tma"
+  "test_gpu_indexer|scores:mma scores:wgmma scores:wgmma_tma indexer:separate indexer:fused indexer:fused,scores:wgmma"
+  "test_gpu_api|indexer:separate indexer:fused"
   "test_gpu_topk|topk:registers topk:slices topk:chain"
   "test_gpu_attention|attention:mma_split attention:rows_as_m attention:heads_as_m"
 )
@@ -73,7 +74,7 @@ for step in "${steps[@]}"; do
     for prog in "${GPU_TESTS[@]}"; do run_test "$prog" "$prog"; done
     for entry in "${FORCED[@]}"; do
       prog=${entry%%|*}
-      for k in ${entry#*|}; do run_test "$prog" "$prog-${k/:/-}" DSA_KERNEL="$k"; done
+      for k in ${entry#*|}; do run_test "$prog" "$prog-${k//[:,]/-}" DSA_KERNEL="$k"; done
     done
     ;;
   python)

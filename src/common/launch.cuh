@@ -10,12 +10,18 @@
 
 #include <atomic>
 
+/* cooperative: every CTA of the grid resident at once (cudaLaunchAttributeCooperative), so that CTAs
+ * may wait for each other (indexer/fused_topk.cuh); the launch fails where the grid cannot be. */
 template <typename... KArgs, typename... Args>
-static cudaError_t dsa_launch_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                                      cudaStream_t stream, bool programmatic, unsigned cluster_x, Args &&...args) {
+static cudaError_t dsa_launch_attrs(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                    bool programmatic, unsigned cluster_x, bool cooperative, Args &&...args) {
   cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[2];
+  cudaLaunchAttribute attr[3];
   unsigned n = 0;
+  if (cooperative) {
+    attr[n].id = cudaLaunchAttributeCooperative;
+    attr[n++].val.cooperative = 1;
+  }
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
@@ -33,6 +39,13 @@ static cudaError_t dsa_launch_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 
   cfg.attrs = n ? attr : nullptr;
   cfg.numAttrs = n;
   return cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
+}
+
+template <typename... KArgs, typename... Args>
+static cudaError_t dsa_launch_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                      cudaStream_t stream, bool programmatic, unsigned cluster_x, Args &&...args) {
+  return dsa_launch_attrs(kernel, grid, block, smem, stream, programmatic, cluster_x, false,
+                          static_cast<Args &&>(args)...);
 }
 
 template <typename... KArgs, typename... Args>
@@ -82,4 +95,24 @@ template <typename... KArgs, typename... Args>
 static cudaError_t dsa_launch_smem(void (*kernel)(KArgs...), dsa_smem_cache *cache, dim3 grid, dim3 block,
                                    size_t smem, cudaStream_t stream, bool programmatic, Args &&...args) {
   return dsa_launch_smem_cluster(kernel, cache, grid, block, smem, stream, programmatic, 0u, args...);
+}
+
+/* A cooperative launch of a kernel that may need more than 48 KB (the limit set once, as above).
+ * *resident: whether `grid` can be resident at once on this device (the occupancy calculator, a host
+ * computation); when it cannot, nothing is launched (cudaSuccess). */
+template <typename... KArgs, typename... Args>
+static cudaError_t dsa_launch_smem_cooperative(void (*kernel)(KArgs...), dsa_smem_cache *cache, dim3 grid, dim3 block,
+                                               size_t smem, cudaStream_t stream, bool *resident, Args &&...args) {
+  *resident = false;
+  cudaError_t err = dsa_set_smem(kernel, smem, cache, false);
+  if (err != cudaSuccess) return err;
+  int dev = 0, sms = 0, per_sm = 0;
+  if ((err = cudaGetDevice(&dev)) != cudaSuccess) return err;
+  if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return err;
+  if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (int)(block.x * block.y * block.z), smem)) !=
+      cudaSuccess)
+    return err;
+  if ((long long)per_sm * sms < (long long)grid.x * grid.y * grid.z) return cudaSuccess;
+  *resident = true;
+  return dsa_launch_attrs(kernel, grid, block, smem, stream, false, 0u, true, static_cast<Args &&>(args)...);
 }

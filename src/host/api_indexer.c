@@ -180,6 +180,22 @@ static dsa_status run_indexer(const char *fn, const dsa_indexer_query *q, const 
       const int n = (int)(g0 + gn - t0 < plan->chunk ? g0 + gn - t0 : plan->chunk);
       if (max_len > topk) {
         dsa_scores_params sp = scores_params(q, c, rows, (int)t0, n, sms, topk, scores, plan->stride);
+        /* decode: scores and top-k in one kernel where it takes the launch (the scores region of
+         * the workspace holds its control block instead), else the two kernels */
+        const int groups = rows.mode == DSA_ROWS_DECODE ? n / rows.q_len_per_req : n;
+        if (!plan->deferred && dsa_choose_indexer(&sp) == DSA_INDEXER_FUSED &&
+            plan->score_bytes >= DSA_FUSED_CTL_BYTES(n, groups)) {
+          dsa_fused_topk ft;
+          ft.topk = topk;
+          ft.out = out + (size_t)t0 * topk;
+          ft.out_lens = lens ? lens + t0 : NULL;
+          ft.ctl = scores;
+          const int err = dsa_indexer_fused_launch(&sp, &ft, stream);
+          if (err != DSA_FUSED_DECLINED) {
+            CHECK(dsa_cuda_status(fn, err));
+            continue;
+          }
+        }
         CHECK(dsa_cuda_status(fn, dsa_scores_launch(&sp, stream)));
       }
       dsa_topk_params tp = topk_rows(rows, (int)t0, n, topk, out, lens, sms);

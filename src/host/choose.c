@@ -18,7 +18,7 @@
 /* ---- the override ---------------------------------------------------------------------------- */
 
 typedef struct {
-  int scores, topk, attention; /* a dsa_*_kernel, 0 = the table's choice */
+  int indexer, scores, topk, attention; /* a dsa_*_kernel, 0 = the table's choice */
   char error[256];             /* non-empty: DSA_KERNEL did not parse */
 } kernel_override;
 
@@ -26,6 +26,8 @@ typedef struct {
   const char *name;
   int kernel;
 } kernel_name;
+static const kernel_name k_indexer_names[] = {
+    {"fused", DSA_INDEXER_FUSED}, {"separate", DSA_INDEXER_SEPARATE}, {NULL, 0}};
 static const kernel_name k_scores_names[] = {
     {"mma", DSA_SCORES_MMA}, {"wgmma", DSA_SCORES_WGMMA}, {"wgmma_tma", DSA_SCORES_WGMMA_TMA}, {NULL, 0}};
 static const kernel_name k_topk_names[] = {
@@ -61,11 +63,12 @@ static void parse_override(const char *spec, kernel_override *o) {
     if (colon) *colon = 0;
     const kernel_name *names = NULL;
     int *slot = NULL;
-    if (strcmp(stage, "scores") == 0) names = k_scores_names, slot = &o->scores;
+    if (strcmp(stage, "indexer") == 0) names = k_indexer_names, slot = &o->indexer;
+    else if (strcmp(stage, "scores") == 0) names = k_scores_names, slot = &o->scores;
     else if (strcmp(stage, "topk") == 0) names = k_topk_names, slot = &o->topk;
     else if (strcmp(stage, "attention") == 0) names = k_attention_names, slot = &o->attention;
     if (!names) {
-      snprintf(o->error, sizeof o->error, "DSA_KERNEL=\"%s\": unknown stage \"%s\" (scores, topk or attention)", spec,
+      snprintf(o->error, sizeof o->error, "DSA_KERNEL=\"%s\": unknown stage \"%s\" (indexer, scores, topk or attention)", spec,
                stage);
       return;
     }
@@ -140,6 +143,29 @@ void dsa_choose_scores(dsa_scores_params *p) {
     /* bf16-q decode and other page sizes: mma (f16 mma.sync, keys converted in registers) */
     p->kernel = DSA_SCORES_MMA;
   }
+}
+
+/* ---- stages 1 + 2: one fused kernel or two ---------------------------------------------------- */
+
+#define FUSED_MIN_LEN 8192
+
+int dsa_choose_indexer(const dsa_scores_params *p) {
+  const int forced = override_get()->indexer;
+  /* the fused kernel is the wgmma scorer's (decode rows, their keys in shared memory) */
+  const int can = p->rows.mode == DSA_ROWS_DECODE &&
+                  (p->kernel == DSA_SCORES_WGMMA_TMA || p->kernel == DSA_SCORES_WGMMA);
+  if (!can || forced == DSA_INDEXER_SEPARATE) return DSA_INDEXER_SEPARATE;
+  if (forced == DSA_INDEXER_FUSED) return DSA_INDEXER_FUSED;
+  /* FP8-q decode on TMA pages, rows over 8k, at most 4 requests of one or two tokens: fused.
+   * 1 request at 16k / 128k / 1M 20.4 / 22.3 / 62.1 us against 26.0 / 32.8 / 81.0 separate; MTP 2
+   * at 128k / 1M 31.2 / 80.4 against 40.5 / 85.0. It lost at 8k (17.7 against 17.2: the registers
+   * top-k is one short kernel), at B = 64 x 8k (42.3 against 38.4; 64 x 32k even at 109.1) and at
+   * MTP 4 (128k 51.1 against 40.4: a CTA runs its tokens' selects one after another) */
+  const int reqs = p->rows.q_len_per_req > 0 ? p->num_tokens / p->rows.q_len_per_req : p->num_tokens;
+  return p->kernel == DSA_SCORES_WGMMA_TMA && p->rows.max_len > FUSED_MIN_LEN &&
+                 p->rows.q_len_per_req <= 2 && reqs <= 4
+             ? DSA_INDEXER_FUSED
+             : DSA_INDEXER_SEPARATE;
 }
 
 /* ---- stage 2: top-k -------------------------------------------------------------------------- */

@@ -37,6 +37,9 @@ static dsa_indexer_plan plan_fastest(int num_tokens, int max_len, int topk, int 
   if (chunk < multiple) chunk = multiple;
   p.chunk = p.group = (int)chunk;
   p.score_bytes = max_len > topk ? round256((size_t)p.stride * (size_t)chunk * 4) : 0;
+  /* the fused indexer's control block lives where the scores would (decode; chunk tokens at most) */
+  if (max_len > topk && p.score_bytes < DSA_FUSED_CTL_BYTES(chunk, chunk))
+    p.score_bytes = round256(DSA_FUSED_CTL_BYTES(chunk, chunk));
   p.total = p.score_bytes + dsa_topk_ws_layout(p.chunk).total;
   return p;
 }

@@ -26,6 +26,12 @@
  * its tile's e4m3 keys to f16 in its own 16 KB buffer (exact), releases the stage at once, then f16
  * wgmma (k16, eight steps a chunk); the epilogue is the FP8 path's. 8 tokens a prefill group (q
  * rows are 256 B).
+ *
+ * FUSED (the decode indexer in one kernel, dsa_indexer_fused_launch): the epilogue keeps the CTA's
+ * scores in shared memory as score keys instead of storing them, a CTA with no tiles still runs,
+ * and after the ring every thread runs the exact top-k of indexer/fused_topk.cuh with the request's
+ * other CTAs — one cooperative launch, declined (nothing launched) where the grid cannot be
+ * resident at once or a CTA's scores do not fit beside the ring.
  */
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -38,6 +44,7 @@
 #include "common/ptx/copy.cuh"
 #include "common/ptx/sync.cuh"
 #include "common/rows.cuh"
+#include "indexer/fused_topk.cuh"
 #include "indexer/scores.cuh"
 #include "indexer/wgmma_tile.cuh"
 #include "kernels.h"
@@ -62,13 +69,15 @@ static_assert(WS_NS % 4 == 0 && WS_NS % WS_CONSUMERS == 0, "stage s: producer wa
  * overlap (H200: 1 token 1M 46.0 -> 43.7 us, B = 64 x 8k 39.6 -> 26.3, 128 x 8k 66.9 -> 55.2; it
  * lost with a group or more an SM, 256 x 8k 86.6 -> 95.8, and at 512 tiles a CTA, 128 x 64k 294 -> 311). */
 #define WS_NS_SHARE 6
+#define WS_MAX_SMEM (227 * 1024) /* dynamic shared memory a CTA may opt into on sm_90 */
 static_assert(WS_NS_SHARE % WS_CONSUMERS == 0, "stage s: consumer s % 3");
 static __host__ __device__ constexpr int ws_ns(bool share) { return share ? WS_NS_SHARE : WS_NS; }
 
 /* Named barriers (bar.sync ids; 0 is __syncthreads). */
 enum ws_barrier {
   WS_BAR_Q_STAGED = 1, /* the 12 consumer warps: q and the weights staged */
-  WS_BAR_CONSUMER = 2  /* + g: consumer warpgroup g's 128 threads (bf16 q: its key buffer) */
+  WS_BAR_CONSUMER = 2, /* + g: consumer warpgroup g's 128 threads (bf16 q: its key buffer) */
+  WS_BAR_REGS = 2 + WS_CONSUMERS /* FUSED: the consumers gave their extra registers back (all 512) */
 };
 
 /* Shared memory: full[NS], empty[NS] mbarriers | the group | (aligned to 1024) q tile | NS stages |
@@ -78,6 +87,9 @@ static size_t ws_smem_bytes(int qrows, bool f16, int ns) {
   return 2 * ns * 8 + sizeof(sc_group) + 1024 + (size_t)wt_q_bytes(qrows) * (f16 ? 2 : 1) +
          (size_t)ns * WT_WG_STAGE + (f16 ? (size_t)WS_CONSUMERS * WT_F16_KEYS : 0) + (size_t)3 * qrows * 4 + 16;
 }
+/* FUSED: + the CTA's scores as keys, T tokens x its tiles' positions (after qsc, 16-byte aligned). */
+static size_t ws_fused_keys_bytes(int T, int tiles_per_cta) { return (size_t)T * tiles_per_cta * WT_WG_KEYS * 4 + 16; }
+static_assert(WS_NS_SHARE * WT_WG_STAGE >= sizeof(fz_smem), "the select phase lives in the ring's stages");
 
 /* Producer, TMA: one tile's page pg into stage st — the validity flags by every lane of the warp
  * (32 arrivals), then lane 0's arrive.expect_tx, the tensor copy of the 64 rows (an out-of-bounds
@@ -107,10 +119,10 @@ static __device__ __forceinline__ void ws_tma_fill(const dsa_scores_params &p, c
  * the layout wgmma reads) and its 256 B of scales with one bulk copy, both completing the stage's
  * `full` transaction count; a bad page id loads an out-of-bounds box (zeros) and flags its keys
  * invalid. Else cp.async per 16 bytes, every lane. */
-template <int HP, int NC, bool F16, bool TMA, bool SHARE>
+template <int HP, int NC, bool F16, bool TMA, bool SHARE, bool FUSED>
 __global__ void __launch_bounds__(WS_THREADS, SHARE ? 2 : 1)
     scores_wgmma_kernel(const dsa_scores_params p, int T, int tiles_per_cta,
-                             const __grid_constant__ CUtensorMap kmap) {
+                             const __grid_constant__ CUtensorMap kmap, const dsa_fused_topk f) {
   extern __shared__ unsigned char smem_raw[];
   uint64_t *full = (uint64_t *)smem_raw; /* the ring's barriers; dynamic shared memory is >= 16-byte aligned */
   constexpr int NS = ws_ns(SHARE);
@@ -130,12 +142,18 @@ __global__ void __launch_bounds__(WS_THREADS, SHARE ? 2 : 1)
   float *wq_smem = (float *)(kbufs + (F16 ? WS_CONSUMERS * WT_F16_KEYS : 0));
   float *w_smem = wq_smem + qrows;
   float *qsc_smem = w_smem + qrows;
+  /* FUSED: token ti's scores of positions pos0 .. pos0 + ks as keys (indexer/fused_topk.cuh) */
+  uint32_t *fkeys = (uint32_t *)(((uintptr_t)(qsc_smem + qrows) + 15) & ~(uintptr_t)15);
+  const int ks = tiles_per_cta * WT_WG_KEYS;
 
   /* the warp index through a shuffle: ptxas then sees the role branches as warp-uniform (fewer
    * registers held across them: no spills; and wgmma overlap needs it) */
   const int tid = threadIdx.x, warp = __shfl_sync(0xffffffffu, tid >> 5, 0), lane = tid & 31;
   sc_cta cta;
-  if (!sc_cta_begin(p, grp, T, WT_WG_KEYS, tiles_per_cta, &cta)) return;
+  /* FUSED: a CTA with nothing to score still takes part in its request's selection */
+  if (!sc_cta_begin(p, grp, T, WT_WG_KEYS, tiles_per_cta, &cta) && !FUSED) return;
+  if constexpr (FUSED) fz_begin(f, cta.t0, cta.nt);
+  const wt_keys_out ko = {fkeys, ks, (int)cta.range_lo};
   const int t0 = cta.t0, nt = cta.nt, lo = cta.lo, hi = cta.hi, tile_begin = cta.tile_begin, tile_end = cta.tile_end;
   const long long range_lo = cta.range_lo, range_hi = cta.range_hi;
   const int ntiles = tile_end - tile_begin;
@@ -213,6 +231,13 @@ __global__ void __launch_bounds__(WS_THREADS, SHARE ? 2 : 1)
       for (int q4 = 0; q4 < 4; q4++) raw[q4] = raw_next[q4];
     }
     }
+    /* FUSED: back to the launch's 128 registers for the select phase, once the consumers gave theirs
+     * back (an inc before the consumers' own inc to 144 would take what they wait for: a CTA with no
+     * tiles deadlocked so) */
+    if constexpr (FUSED && !SHARE) {
+      ptx_bar_sync(WS_BAR_REGS, WS_THREADS);
+      ptx_setmaxnreg_inc<128>();
+    }
   } else {
     /* ---- consumer warps: q and weights, then warpgroup g: tiles g, g + 3, ... ---- */
     constexpr int CW = 4 * WS_CONSUMERS; /* consumer warps */
@@ -246,14 +271,18 @@ __global__ void __launch_bounds__(WS_THREADS, SHARE ? 2 : 1)
         ptx_bar_sync(WS_BAR_CONSUMER + g, 128); /* every warp's rows converted */
         ptx_mbar_arrive(ring_empty(ring, s));     /* the stage is free: rows converted, scales read */
         if (wt_any_visible(grp, nt, x0))
-          wt_tile_scores_f16<HP, NC>(p, grp, ptx_smem_u32(kbuf), ptx_smem_u32(q_tile), qrows, wq_smem, w_smem,
-                                     qsc_smem, chunks, nt, t0, x0, ks0, ks1, ok0, ok1, fast, wi, lane);
+          wt_tile_scores_f16<HP, NC, FUSED>(p, grp, ptx_smem_u32(kbuf), ptx_smem_u32(q_tile), qrows, wq_smem, w_smem,
+                                     qsc_smem, chunks, nt, t0, x0, ks0, ks1, ok0, ok1, fast, wi, lane, ko);
         continue;
       }
       if (wt_any_visible(grp, nt, x0))
-        wt_tile_scores<HP, NC>(p, grp, stages + s * WT_WG_STAGE, q_addr, wq_smem, w_smem, qsc_smem, chunks, nt, t0,
-                               x0, qscale_nonneg, wi, lane);
+        wt_tile_scores<HP, NC, FUSED>(p, grp, stages + s * WT_WG_STAGE, q_addr, wq_smem, w_smem, qsc_smem, chunks, nt, t0,
+                               x0, qscale_nonneg, wi, lane, ko);
       ptx_mbar_arrive(ring_empty(ring, s)); /* this warpgroup is done with the stage */
+    }
+    if constexpr (FUSED && !SHARE) {
+      ptx_setmaxnreg_dec<128>();
+      ptx_bar_arrive(WS_BAR_REGS, WS_THREADS);
     }
   }
   /* Every role is done with the ring: invalidate its barriers (PTX: a barrier's memory may hold other
@@ -263,16 +292,41 @@ __global__ void __launch_bounds__(WS_THREADS, SHARE ? 2 : 1)
     ptx_mbar_inval(ring_full(ring, tid));
     ptx_mbar_inval(ring_empty(ring, tid));
   }
+  if constexpr (FUSED) {
+    /* the ring's stages hold the select phase's state now (every copy into them has landed) */
+    fz_select(p, f, grp, nt, t0, fkeys, ks, (int)range_lo, (fz_smem *)stages);
+    return;
+  }
   sc_fill_tail(p, grp, nt, t0, range_lo, range_hi);
 }
 
-template <int HP, int NC, bool F16, bool TMA, bool SHARE = false>
-static cudaError_t ws_launch_t(const dsa_scores_params *p, dim3 grid, int T, int tpc, const CUtensorMap &kmap,
-                               cudaStream_t stream) {
+/* FUSED (f non-null): DSA_FUSED_DECLINED where the CTA's scores do not fit beside the ring or the grid
+ * cannot be resident at once; else the request barriers zeroed and one cooperative launch. */
+template <int HP, int NC, bool F16, bool TMA, bool SHARE, bool FUSED>
+static int ws_launch_t(const dsa_scores_params *p, const dsa_fused_topk *f, dim3 grid, int T, int tpc,
+                       const CUtensorMap &kmap, cudaStream_t stream) {
   static dsa_smem_cache cache;
   const int qrows = (T * HP + NC - 1) / NC * NC;
-  return dsa_launch_smem(scores_wgmma_kernel<HP, NC, F16, TMA, SHARE>, &cache, grid, WS_THREADS,
-                         ws_smem_bytes(qrows, F16, ws_ns(SHARE)), stream, false, *p, T, tpc, kmap);
+  const size_t smem = ws_smem_bytes(qrows, F16, ws_ns(SHARE)) + (FUSED ? ws_fused_keys_bytes(T, tpc) : 0);
+  dsa_fused_topk none;
+  memset(&none, 0, sizeof none);
+  if constexpr (!FUSED) {
+    return (int)dsa_launch_smem(scores_wgmma_kernel<HP, NC, F16, TMA, SHARE, false>, &cache, grid, WS_THREADS, smem,
+                                stream, false, *p, T, tpc, kmap, none);
+  } else {
+    if (smem > WS_MAX_SMEM || grid.x > DSA_FUSED_MAX_CTAS) return DSA_FUSED_DECLINED;
+    cudaError_t err = cudaMemsetAsync(f->ctl, 0, (size_t)grid.y * DSA_FUSED_BAR_BYTES, stream);
+    if (err != cudaSuccess) return (int)err;
+    bool resident = false;
+    err = dsa_launch_smem_cooperative(scores_wgmma_kernel<HP, NC, F16, TMA, SHARE, true>, &cache, grid, WS_THREADS,
+                                      smem, stream, &resident, *p, T, tpc, kmap, *f);
+    if (err == cudaSuccess && !resident) return DSA_FUSED_DECLINED; /* the memset alone is harmless */
+    if (err == cudaErrorCooperativeLaunchTooLarge) { /* fewer SMs than the device reports (MPS, ...) */
+      (void)cudaGetLastError();                      /* the launch's own error */
+      return DSA_FUSED_DECLINED;
+    }
+    return (int)err;
+  }
 }
 
 /* The index-K cache as a TMA tensor map for decode with 64-key pages: dims (128 B, 64 rows, pages),
@@ -303,18 +357,19 @@ static bool ws_key_map(const dsa_scores_params *p, CUtensorMap *map) {
 
 /* max_x <= DSA_MAX_ROW_LEN (checked in host/api_indexer.c): tile arithmetic in the kernel stays
  * inside int. kmap: TMA only. */
-template <bool F16, bool TMA>
-static int ws_launch(const dsa_scores_params *p, const CUtensorMap &kmap, cudaStream_t stream) {
-  if (p->num_tokens <= 0) return 0;
+template <bool F16, bool TMA, bool FUSED = false>
+static int ws_launch(const dsa_scores_params *p, const CUtensorMap &kmap, cudaStream_t stream,
+                     const dsa_fused_topk *f = nullptr) {
+  if (p->num_tokens <= 0) return FUSED ? DSA_FUSED_DECLINED : 0;
   const int HP = p->q.num_heads <= 32 ? 32 : 64;
   int T, groups, max_x;
   sc_token_groups(p, HP == 32 ? (F16 ? WS_F16_PREFILL_T32 : WS_PREFILL_T32) : (F16 ? WS_F16_PREFILL_T64 : WS_PREFILL_T64),
                   &T, &groups, &max_x);
   /* the f16 path's q rows take 256 B: more than 256 of them (a decode group of 5-8 tokens x 64 heads)
    * would not fit beside the ring and the key buffers (the choice table sends those to mma) */
-  if (F16 && T * HP > 256) return (int)cudaErrorInvalidValue;
+  if (F16 && T * HP > 256) return FUSED ? DSA_FUSED_DECLINED : (int)cudaErrorInvalidValue;
   const int total_tiles = (int)(((int64_t)max_x + WT_WG_KEYS - 1) / WT_WG_KEYS);
-  if (total_tiles == 0 || groups == 0) return 0;
+  if (total_tiles == 0 || groups == 0) return FUSED ? DSA_FUSED_DECLINED : 0;
   /* one long-lived CTA an SM (512 threads x 128 registers fill its register file; its setup and the
    * ring's first fill paid once); two with SHARE (WS_NS_SHARE) */
   const long long sms = p->num_sms > 0 ? p->num_sms : 132;
@@ -324,16 +379,13 @@ static int ws_launch(const dsa_scores_params *p, const CUtensorMap &kmap, cudaSt
   int tpc;
   const dim3 grid = sc_grid(total_tiles, groups, want, 512, &tpc);
   const int n = T * HP;
-  cudaError_t err;
   if (HP == 32)
-    err = share      ? ws_launch_t<32, 32, F16, TMA, TMA && !F16>(p, grid, T, tpc, kmap, stream)
-          : n <= 32  ? ws_launch_t<32, 32, F16, TMA>(p, grid, T, tpc, kmap, stream)
-          : n <= 64  ? ws_launch_t<32, 64, F16, TMA>(p, grid, T, tpc, kmap, stream)
-                     : ws_launch_t<32, 128, F16, TMA>(p, grid, T, tpc, kmap, stream);
-  else
-    err = n <= 64 ? ws_launch_t<64, 64, F16, TMA>(p, grid, T, tpc, kmap, stream)
-                  : ws_launch_t<64, 128, F16, TMA>(p, grid, T, tpc, kmap, stream);
-  return (int)err;
+    return share     ? ws_launch_t<32, 32, F16, TMA, TMA && !F16, FUSED>(p, f, grid, T, tpc, kmap, stream)
+           : n <= 32 ? ws_launch_t<32, 32, F16, TMA, false, FUSED>(p, f, grid, T, tpc, kmap, stream)
+           : n <= 64 ? ws_launch_t<32, 64, F16, TMA, false, FUSED>(p, f, grid, T, tpc, kmap, stream)
+                     : ws_launch_t<32, 128, F16, TMA, false, FUSED>(p, f, grid, T, tpc, kmap, stream);
+  return n <= 64 ? ws_launch_t<64, 64, F16, TMA, false, FUSED>(p, f, grid, T, tpc, kmap, stream)
+                 : ws_launch_t<64, 128, F16, TMA, false, FUSED>(p, f, grid, T, tpc, kmap, stream);
 }
 
 /* FP8 q: e4m3 wgmma; bf16 q: the f16 path. */
@@ -352,4 +404,20 @@ extern "C" int dsa_scores_wgmma_tma_launch(const dsa_scores_params *p, cudaStrea
   if (p->q.q_dtype != DSA_DTYPE_FP8_E4M3 || p->rows.mode != DSA_ROWS_DECODE || !ws_key_map(p, &kmap))
     return DSA_SCORES_NO_TENSOR_MAP;
   return ws_launch<false, true>(p, kmap, stream);
+}
+
+/* The fused indexer (indexer/fused_topk.cuh): decode scores kept in shared memory and their exact
+ * top-k, one cooperative launch — on the scorer p->kernel names (wgmma_tma: FP8 q, 64-key pages by
+ * TMA; wgmma: cp.async pages, FP8 or bf16 q). DSA_FUSED_DECLINED (nothing launched) for anything else
+ * or a shape that does not fit (ws_launch_t). */
+extern "C" int dsa_indexer_fused_launch(const dsa_scores_params *p, const dsa_fused_topk *f, cudaStream_t stream) {
+  if (p->rows.mode != DSA_ROWS_DECODE || p->fill_tail || p->skip_len != f->topk) return DSA_FUSED_DECLINED;
+  CUtensorMap kmap;
+  memset(&kmap, 0, sizeof kmap);
+  const bool fp8 = p->q.q_dtype == DSA_DTYPE_FP8_E4M3;
+  if (p->kernel == DSA_SCORES_WGMMA_TMA && fp8 && ws_key_map(p, &kmap))
+    return ws_launch<false, true, true>(p, kmap, stream, f);
+  if (p->kernel == DSA_SCORES_WGMMA || p->kernel == DSA_SCORES_WGMMA_TMA)
+    return fp8 ? ws_launch<false, false, true>(p, kmap, stream, f) : ws_launch<true, false, true>(p, kmap, stream, f);
+  return DSA_FUSED_DECLINED;
 }

@@ -16,6 +16,7 @@
 #include "common/ptx/sync.cuh"
 #include "common/ptx/wgmma.cuh"
 #include "common/rows.cuh"
+#include "common/score_key.cuh"
 #include "indexer/scores.cuh"
 #include "kernels.h"
 
@@ -214,6 +215,13 @@ static __device__ __forceinline__ bool wt_any_visible(const sc_group *grp, int n
   return any;
 }
 
+/* Where the fused indexer (FUSED, indexer/fused_topk.cuh) keeps a CTA's scores instead of global
+ * memory: position i of token ti at keys[ti * stride + i - pos0], as its score key. */
+typedef struct {
+  uint32_t *keys;
+  int stride, pos0;
+} wt_keys_out;
+
 /* One chunk's epilogue, for one thread: its NC / 2 accumulators D[r0 | r1, columns 8j + 2c (+1)]
  * (column n = (token n / HP, head n % HP)) become per-token scores of keys r0 and r1 — relu, weight,
  * head sum — then the quad's four lanes (c = 0..3) sum their partials by a transposing butterfly:
@@ -223,12 +231,12 @@ static __device__ __forceinline__ bool wt_any_visible(const sc_group *grp, int n
  * compiler interleaves the tokens' independent sums (the branchy form ran at ~0.17 IPC a warp).
  * FAST (non-negative q and key scales): relu(acc x qs x ks) x w = relu(acc) x (w x qs) x ks, ks
  * applied once after the sum. */
-template <int HP, int NC, bool FAST>
+template <int HP, int NC, bool FAST, bool FUSED>
 static __device__ __forceinline__ void wt_chunk_epilogue(const dsa_scores_params &p, const sc_group *grp,
                                                          const float (&acc)[NC / 2], const float *wq_smem,
                                                          const float *w_smem, const float *qsc_smem, int chk, int nt,
                                                          int t0, int x0, float ks0, float ks1, int ok0, int ok1,
-                                                         int r0, int r1, int c) {
+                                                         int r0, int r1, int c, const wt_keys_out &ko) {
   constexpr int TPC = NC / HP; /* tokens in the chunk */
   constexpr int V = 2 * TPC;   /* partial sums a thread holds: (token, key row) */
   float v[V];
@@ -287,34 +295,40 @@ static __device__ __forceinline__ void wt_chunk_epilogue(const dsa_scores_params
     if (ti >= nt) break;
     const int L = grp->len[ti], bt = grp->begin[ti];
     const float sc = FAST ? out[i] * ks : out[i];
-    if (x >= bt && x < bt + L) p.scores[(long long)(t0 + ti) * p.scores_stride + (x - bt)] = ok ? sc : -INFINITY;
+    if (x >= bt && x < bt + L) {
+      if constexpr (FUSED)
+        ko.keys[ti * ko.stride + (x - bt - ko.pos0)] = score_key(ok ? sc : -INFINITY);
+      else
+        p.scores[(long long)(t0 + ti) * p.scores_stride + (x - bt)] = ok ? sc : -INFINITY;
+    }
   }
 }
 
 /* The chunk epilogue with FAST chosen at run time (once a chunk: both versions are unrolled). */
-template <int HP, int NC>
+template <int HP, int NC, bool FUSED>
 static __device__ __forceinline__ void wt_chunk_epilogue_pick(bool fast, const dsa_scores_params &p, const sc_group *grp,
                                                               const float (&acc)[NC / 2], const float *wq_smem,
                                                               const float *w_smem, const float *qsc_smem, int chk,
                                                               int nt, int t0, int x0, float ks0, float ks1, int ok0,
-                                                              int ok1, int r0, int r1, int c) {
+                                                              int ok1, int r0, int r1, int c, const wt_keys_out &ko) {
   if (fast)
-    wt_chunk_epilogue<HP, NC, true>(p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0, ok1, r0, r1,
-                                    c);
+    wt_chunk_epilogue<HP, NC, true, FUSED>(p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0, ok1,
+                                           r0, r1, c, ko);
   else
-    wt_chunk_epilogue<HP, NC, false>(p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0, ok1, r0,
-                                     r1, c);
+    wt_chunk_epilogue<HP, NC, false, FUSED>(p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0,
+                                            ok1, r0, r1, c, ko);
 }
 
 /* One warpgroup's scores of the 64-key tile in stage `st` (key coordinates x0 ..): for each chunk of
  * NC of the group's (token, head) columns, D[64, NC] by four e4m3 wgmma, then the chunk's epilogue
  * (wt_chunk_epilogue); -inf for keys outside the cache; stores the keys each token sees. wi = warp
  * within the warpgroup. */
-template <int HP, int NC>
+template <int HP, int NC, bool FUSED = false>
 static __device__ __forceinline__ void wt_tile_scores(const dsa_scores_params &p, const sc_group *grp,
                                                       const unsigned char *st, uint32_t q_addr, const float *wq_smem,
                                                       const float *w_smem, const float *qsc_smem, int chunks, int nt,
-                                                      int t0, int x0, bool qscale_nonneg, int wi, int lane) {
+                                                      int t0, int x0, bool qscale_nonneg, int wi, int lane,
+                                                      const wt_keys_out &ko = wt_keys_out{nullptr, 0, 0}) {
   static_assert(NC >= HP && NC % HP == 0 && NC <= 256, "a chunk holds whole tokens");
   const int c = lane & 3, rq = lane >> 2;
   const int r0 = 16 * wi + rq, r1 = r0 + 8; /* this thread's two keys of the 64 */
@@ -343,21 +357,21 @@ static __device__ __forceinline__ void wt_tile_scores(const dsa_scores_params &p
     ptx_wgmma_commit();
     ptx_wgmma_wait<0>();
     ptx_reg_fence(acc);
-    wt_chunk_epilogue_pick<HP, NC>(fast, p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0, ok1,
-                                   r0, r1, c);
+    wt_chunk_epilogue_pick<HP, NC, FUSED>(fast, p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0,
+                                          ok1, r0, r1, c, ko);
   }
 }
 
 /* One warpgroup's scores of a 64-key tile on the f16 path, its keys already in kbuf (f16) and its
  * k-scales / validity flags read from the stage beforehand (ks0, ks1, ok0, ok1: the stage may be
  * refilled by now); the rest as wt_tile_scores. */
-template <int HP, int NC>
+template <int HP, int NC, bool FUSED = false>
 static __device__ __forceinline__ void wt_tile_scores_f16(const dsa_scores_params &p, const sc_group *grp,
                                                           uint32_t kbuf, uint32_t q_addr, int qrows,
                                                           const float *wq_smem, const float *w_smem,
                                                           const float *qsc_smem, int chunks, int nt, int t0, int x0,
                                                           float ks0, float ks1, int ok0, int ok1, bool fast, int wi,
-                                                          int lane) {
+                                                          int lane, const wt_keys_out &ko = wt_keys_out{nullptr, 0, 0}) {
   static_assert(NC >= HP && NC % HP == 0 && NC <= 256, "a chunk holds whole tokens");
   const int c = lane & 3, rq = lane >> 2;
   const int r0 = 16 * wi + rq, r1 = r0 + 8;
@@ -366,7 +380,7 @@ static __device__ __forceinline__ void wt_tile_scores_f16(const dsa_scores_param
     wt_chunk_mma_f16<NC>(acc, kbuf, q_addr, qrows, chk);
     ptx_wgmma_wait<0>();
     ptx_reg_fence(acc);
-    wt_chunk_epilogue_pick<HP, NC>(fast, p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0, ok1,
-                                   r0, r1, c);
+    wt_chunk_epilogue_pick<HP, NC, FUSED>(fast, p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0,
+                                          ok1, r0, r1, c, ko);
   }
 }

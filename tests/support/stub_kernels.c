@@ -25,6 +25,7 @@ void dsa_stub_begin_call(const void *ws, size_t ws_bytes) {
   s->ws = ws;
   s->ws_bytes = ws_bytes;
   s->launches = 0;
+  s->fused_launches = 0;
   s->budget_spent = 0;
   s->scores_next = s->topk_next = s->chunk_next = 0;
   s->scores_tokens = s->topk_tokens = s->store_tokens = s->mla_tokens = 0;
@@ -129,8 +130,8 @@ static int check_rows(const dsa_rows *r, int num_tokens) {
 
 /* ---- launchers ---- */
 
-int dsa_scores_launch(const dsa_scores_params *p, cudaStream_t stream) {
-  (void)stream;
+/* What a scoring launch relies on (also the fused indexer's scoring half). */
+static int check_scores(const dsa_scores_params *p) {
   dsa_stub_state *s = &g_dsa_stub;
   int e;
   REQUIRE(p->num_tokens >= 1 && p->num_tokens <= DSA_SCORE_TOKENS_PER_LAUNCH, "scores num_tokens %d", p->num_tokens);
@@ -167,9 +168,49 @@ int dsa_scores_launch(const dsa_scores_params *p, cudaStream_t stream) {
     REQUIRE(fits_workspace(p->scores, bytes), "scores scratch (%llu bytes) runs past the workspace",
             (unsigned long long)bytes);
   }
+  return 0;
+}
+
+int dsa_scores_launch(const dsa_scores_params *p, cudaStream_t stream) {
+  (void)stream;
+  dsa_stub_state *s = &g_dsa_stub;
+  int e;
+  if ((e = check_scores(p))) return e;
   if ((e = count_launch())) return e;
   s->scores_next += p->num_tokens;
   s->scores_tokens += p->num_tokens;
+  return 0;
+}
+
+/* The fused indexer: a decode scoring launch on a wgmma scorer whose top-k runs in the same kernel;
+ * its control block in the workspace; it covers the launch's tokens for both stages. */
+int dsa_indexer_fused_launch(const dsa_scores_params *p, const dsa_fused_topk *f, cudaStream_t stream) {
+  (void)stream;
+  dsa_stub_state *s = &g_dsa_stub;
+  int e;
+  if (s->fused_decline) return DSA_FUSED_DECLINED;
+  REQUIRE(p->rows.mode == DSA_ROWS_DECODE, "fused indexer for rows mode %d", (int)p->rows.mode);
+  REQUIRE(p->kernel == DSA_SCORES_WGMMA || p->kernel == DSA_SCORES_WGMMA_TMA, "fused indexer on scorer %d",
+          (int)p->kernel);
+  REQUIRE(f->topk >= 1 && f->topk <= DSA_MAX_TOPK && p->skip_len == f->topk && !p->fill_tail,
+          "fused indexer topk %d, skip_len %d, fill_tail %d", f->topk, p->skip_len, p->fill_tail);
+  REQUIRE(p->num_tokens <= DSA_TOPK_ROWS_PER_LAUNCH, "fused indexer tokens %d", p->num_tokens);
+  REQUIRE(p->rows.token_begin == s->topk_next, "fused launch begins at row %d, expected %lld", p->rows.token_begin,
+          (long long)s->topk_next);
+  if ((e = check_scores(p))) return e;
+  const size_t ctl = DSA_FUSED_CTL_BYTES(p->num_tokens, p->num_tokens / p->rows.q_len_per_req);
+  REQUIRE(f->ctl && !misaligned(f->ctl, 256) && in_workspace(f->ctl) && fits_workspace(f->ctl, ctl),
+          "fused control block (%zu bytes) outside the workspace", ctl);
+  REQUIRE(f->out && !misaligned(f->out, 4), "fused out %p", (void *)f->out);
+  REQUIRE(!misaligned(f->out_lens, 4), "fused out_lens %p", (void *)f->out_lens);
+  if ((e = count_launch())) return e;
+  s->fused_launches++;
+  s->scores_kernel = (int)p->kernel;
+  s->scores_next += p->num_tokens;
+  s->scores_tokens += p->num_tokens;
+  s->topk_next += p->num_tokens;
+  s->chunk_next = s->topk_next;
+  s->topk_tokens += p->num_tokens;
   return 0;
 }
 

@@ -21,11 +21,13 @@ typedef struct {
   int device_error;         /* non-zero: the device query fails with this CUDA error */
   int cc_major, cc_minor;   /* reported compute capability (9.0 by default) */
   int64_t launch_budget;    /* launches allowed per call; the next one fails (0 = unlimited) */
+  int fused_decline;        /* the fused indexer declines every launch (the host then runs two kernels) */
   /* Set by dsa_stub_begin_call for each call. */
   const void *ws;           /* the call's workspace range */
   size_t ws_bytes;
   /* Recorded during the call. */
   int64_t launches;
+  int64_t fused_launches;   /* fused indexer launches (each covers scores and top-k) */
   int budget_spent;         /* a launch failed because the budget was spent */
   int64_t scores_next;      /* token_begin the next scores launch must have */
   int64_t topk_next;        /* token_begin the next top-k launch must have (final, for deferred) */

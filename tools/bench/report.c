@@ -67,7 +67,7 @@ static const char *check_word(const row_result *r) {
 static void print_config(const bench *b, const char *title) {
   const options *o = &b->o;
   printf("\n== %s | %s | indexer %dx%d q-%s topk %d page %d | attention %d heads kv-%s | median of "
-         "%d %s; top-k = indexer - scores\n",
+         "%d %s; indexer = the scores + top-k call (decode: one fused kernel), top-k = indexer - scores-only\n",
          title, b->dev_name, o->index_heads, IDX_DIM, o->q_fp8 ? "fp8" : "bf16", o->topk, PAGE,
          o->heads, o->kv_fp8 ? "fp8" : "bf16", o->iters, o->gate ? "gated replays" : "replays");
   if (o->cold) printf("cold: replays rotate over input replicas >= 2 x L2 apart (256 MB flush where too few fit)\n");
@@ -79,8 +79,8 @@ void print_stage_table(const bench *b, const char *title, const row_result *rows
   for (int i = 0; i < n; i++) any |= rows[i].table == tbl;
   if (!any) return;
   print_config(b, title);
-  printf("%6s %4s %10s %9s %9s %9s %9s %6s %6s %6s %6s %7s %6s %4s %5s\n", "S", "B", "cand",
-         "scores_ms", "topk_ms", "attn_ms", "total_ms", "%sc", "%tk", "%at", "%tot", "gluon", "x",
+  printf("%6s %4s %10s %9s %10s %9s %9s %9s %6s %6s %6s %6s %7s %6s %4s %5s\n", "S", "B", "cand",
+         "scores_ms", "indexer_ms", "topk_ms", "attn_ms", "total_ms", "%sc", "%tk", "%at", "%tot", "gluon", "x",
          "t", "check");
   for (int i = 0; i < n; i++) {
     const row_result *r = &rows[i];
@@ -95,8 +95,8 @@ void print_stage_table(const bench *b, const char *title, const row_result *rows
       strcpy(ra, "-");
     }
     snprintf(tm, sizeof tm, "%s%s", r->timing, r->gate_timeouts ? "*" : "");
-    printf("%6s %4d %10lld %9.4f %9.4f %9.4f %9.4f %6s %6s %6s %6s %7s %6s %4s %5s\n",
-           size_label(r->S, sl, sizeof sl), r->batch, (long long)r->candidates, r->ms_scores,
+    printf("%6s %4d %10lld %9.4f %10.4f %9.4f %9.4f %9.4f %6s %6s %6s %6s %7s %6s %4s %5s\n",
+           size_label(r->S, sl, sizeof sl), r->batch, (long long)r->candidates, r->ms_scores, r->ms_indexer,
            r->ms_topk, r->ms_attn, r->ms_total, fmt_pct(p1, sizeof p1, r->floor_scores, r->ms_scores),
            fmt_pct(p2, sizeof p2, r->floor_topk, r->ms_topk),
            fmt_pct(p3, sizeof p3, r->floor_attn, r->ms_attn),

@@ -111,3 +111,15 @@ __device__ __forceinline__ uint32_t ptx_mapa(uint32_t smem_addr, uint32_t rank) 
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(smem_addr), "r"(rank));
   return r;
 }
+
+/* ---- grid-scope counters (a barrier among some CTAs of a co-resident grid: indexer/fused_topk.cuh) ---- */
+/* red.release.gpu.global.add.u32 (§9.7.12, parallel synchronization: red): one arrival on a counter in global memory. */
+__device__ __forceinline__ void ptx_red_release_gpu_add(uint32_t *p, uint32_t v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+/* ld.acquire.gpu.global.u32 (§9.7.9.8 ld): the counter's current value, later reads ordered after it. */
+__device__ __forceinline__ uint32_t ptx_ld_acquire_gpu(const uint32_t *p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}

@@ -1,0 +1,376 @@
+/*
+ * indexer/fused_topk.cuh — the exact top-k of the fused indexer (scores_wgmma.cu with FUSED): the
+ * scores of a decode request never leave the chip. Each of the gridDim.x CTAs of a request (one
+ * grid row, blockIdx.y) scores a contiguous range of positions [pos0, pos0 + ks) and keeps them in
+ * shared memory as order-preserving keys (common/score_key.cuh: NaN lowest, -0 = +0); then, for
+ * every token of the request together:
+ *
+ *   pass 1     the key's top 11 bits: each CTA counts its keys into a shared-memory histogram, adds
+ *              the non-zero bins to the token's histogram in global memory (L2 atomics), and after
+ *              a barrier of the request's CTAs every CTA reads the same sums and finds the same bin
+ *              b1 holding the k-th largest key (topk/radix.cuh find_bin).
+ *   gather     when b1 holds at most DSA_FUSED_CAND keys (or exactly what is still needed): each
+ *              CTA publishes its count above b1 and appends its keys of b1, as composites
+ *              (key << 32 | ~position), to the token's candidate list; after one more barrier
+ *              every CTA loads the list, finds the k-th composite T by radix passes in its own
+ *              shared memory (the same T everywhere) and the lower CTAs' share of the output from
+ *              their counts and the candidates' positions: selected <=> above b1, or in b1 with
+ *              composite >= T.
+ *   passes 2-3 (a b1 too full to gather: e.g. every key equal) the next 11 and 10 bits the same way
+ *              as pass 1, over the keys matching the prefix so far, until the prefix is the k-th
+ *              key T itself; then each CTA publishes its counts above and equal to T, and the
+ *              equal keys go to the lowest positions (a CTA takes what the lower CTAs' equal
+ *              counts leave).
+ * Either way ties go to the lower position, the output is ascending (the top-k kernels' order),
+ * and nothing depends on timing: deterministic. Two barriers after the scores in the usual case.
+ *
+ * The barriers count arrivals on the request's counter (zeroed by the launcher before the launch);
+ * barrier i completes at i x gridDim.x. They are safe only because the launch is cooperative (every
+ * CTA resident at once; the launcher declines a grid that is not). Barrier 1 is split: each CTA
+ * zeroes its share of the request's histograms and arrives at the kernel's start, and waits only
+ * before its first histogram flush, long after. Workspace: DSA_FUSED_CTL_BYTES (config.h), not
+ * O(L). Tokens whose L <= topk select every position with nothing scored (CTA 0 writes them).
+ */
+#pragma once
+#include <stdint.h>
+
+#include "common/ptx/sync.cuh"
+#include "common/rows.cuh"
+#include "common/score_key.cuh"
+#include "indexer/scores.cuh"
+#include "kernels.h"
+#include "topk/radix.cuh"
+
+#define FZ_THREADS 512 /* the scoring kernel's */
+#define FZ_WARPS (FZ_THREADS / 32)
+
+/* The select phase's shared memory (laid over the scoring ring, which is free by then). */
+typedef struct {
+  uint32_t hist[TK_BINS];
+  uint64_t cand[DSA_FUSED_CAND]; /* gather: the token's candidates */
+  uint32_t prefix[SC_MAX_T]; /* the k-th key's bits found so far (the top 32 - shift) */
+  int shift[SC_MAX_T];       /* 32: nothing found yet */
+  int need[SC_MAX_T];        /* of the keys matching prefix, how many are still to select */
+  int done[SC_MAX_T];        /* 1: no more digit passes (resolved, gathered, or not scored) */
+  int gather[SC_MAX_T];      /* 1: resolved from the candidate list (prefix = b1, shift 21) */
+  int ncand[SC_MAX_T];       /* gather: the list's length (b1's count) */
+  int warp_above[SC_MAX_T][FZ_WARPS], warp_eq[SC_MAX_T][FZ_WARPS]; /* final: per warp part */
+  int scratch[40];
+  int red[2][FZ_WARPS];
+  int bcast[2];
+} fz_smem;
+
+/* Token words: histograms [3][TK_BINS], candidate count (+ pad), pairs [DSA_FUSED_MAX_CTAS][2],
+ * candidates [DSA_FUSED_CAND] (8-byte aligned: DSA_FUSED_TOKEN_WORDS and the offset are even). */
+#define FZ_W_COUNT (3 * TK_BINS)
+#define FZ_W_PAIRS (FZ_W_COUNT + 2)
+#define FZ_W_CANDS (FZ_W_PAIRS + 2 * DSA_FUSED_MAX_CTAS)
+static_assert(DSA_FUSED_TOKEN_WORDS == FZ_W_CANDS + 2 * DSA_FUSED_CAND && FZ_W_CANDS % 2 == 0 &&
+                  DSA_FUSED_TOKEN_WORDS % 2 == 0, "the token words' layout");
+
+/* The request's barrier counter and token t's words. */
+static __device__ __forceinline__ uint32_t *fz_bar(const dsa_fused_topk &f) {
+  return (uint32_t *)((char *)f.ctl + (size_t)blockIdx.y * DSA_FUSED_BAR_BYTES);
+}
+static __device__ __forceinline__ uint32_t *fz_token_words(const dsa_fused_topk &f, int t) {
+  const size_t head = ((size_t)gridDim.y * DSA_FUSED_BAR_BYTES + 255) & ~(size_t)255;
+  return (uint32_t *)((char *)f.ctl + head) + (size_t)t * DSA_FUSED_TOKEN_WORDS;
+}
+
+/* Thread 0: arrive on the request's counter, a release at gpu scope after the caller's
+ * __syncthreads (so it orders the whole CTA's writes before it) / wait until it reaches target, an
+ * acquire that the caller's __syncthreads extends to the CTA. */
+static __device__ __forceinline__ void fz_arrive(uint32_t *bar) { ptx_red_release_gpu_add(bar, 1u); }
+static __device__ __forceinline__ void fz_wait(const uint32_t *bar, uint32_t target) {
+  while (ptx_ld_acquire_gpu(bar) < target) {
+  }
+}
+/* Every CTA of the request: all writes before it are visible to all reads after it. */
+static __device__ __forceinline__ void fz_grid_sync(uint32_t *bar, uint32_t target) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    fz_arrive(bar);
+    fz_wait(bar, target);
+  }
+  __syncthreads();
+}
+
+/* At the kernel's start (every thread, after sc_cta_begin): this CTA's share of the request's
+ * histograms and candidate counts zeroed, and its arrival on barrier 1. */
+static __device__ __forceinline__ void fz_begin(const dsa_fused_topk &f, int t0, int nt) {
+  const int per = FZ_W_PAIRS;
+  for (int i = (int)blockIdx.x * FZ_THREADS + (int)threadIdx.x; i < nt * per; i += (int)gridDim.x * FZ_THREADS)
+    fz_token_words(f, t0 + i / per)[i % per] = 0u;
+  __syncthreads();
+  if (threadIdx.x == 0) fz_arrive(fz_bar(f));
+}
+
+/* Block-wide sum of two ints (every thread gets both). */
+static __device__ __forceinline__ int2 fz_block_sum2(int a, int b, fz_smem *sm) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  a = __reduce_add_sync(0xffffffffu, a);
+  b = __reduce_add_sync(0xffffffffu, b);
+  if (lane == 0) {
+    sm->red[0][warp] = a;
+    sm->red[1][warp] = b;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    a = lane < FZ_WARPS ? sm->red[0][lane] : 0;
+    b = lane < FZ_WARPS ? sm->red[1][lane] : 0;
+    a = __reduce_add_sync(0xffffffffu, a);
+    b = __reduce_add_sync(0xffffffffu, b);
+    if (lane == 0) {
+      sm->bcast[0] = a;
+      sm->bcast[1] = b;
+    }
+  }
+  __syncthreads();
+  const int2 r = make_int2(sm->bcast[0], sm->bcast[1]);
+  __syncthreads();
+  return r;
+}
+
+/* (key >> shift) against prefix as -1 below / 0 equal / 1 above (shift 32: everything is equal). */
+static __device__ __forceinline__ int fz_cmp(uint32_t key, uint32_t prefix, int shift) {
+  if (shift >= 32) return 0;
+  const uint32_t v = key >> shift;
+  return v > prefix ? 1 : v == prefix ? 0 : -1;
+}
+
+/* Gather: the need-th largest of the n candidates in sm->cand (all of whose keys share the top 11
+ * bits), by radix passes of 11 bits over the rest of the composite, each a shared-memory histogram;
+ * returns T with selected <=> composite >= T. Every thread calls it. */
+static __device__ uint64_t fz_resolve(fz_smem *sm, int n, int need) {
+  uint64_t T = sm->cand[0] & ~((1ull << 53) - 1); /* the shared top 11 bits (n >= need >= 1) */
+  int shift = 53;
+  for (;;) {
+    const int w = shift >= 11 ? 11 : shift, nsh = shift - w;
+    for (int b = threadIdx.x; b < TK_BINS; b += FZ_THREADS) sm->hist[b] = 0u;
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += FZ_THREADS) {
+      const uint64_t c = sm->cand[i];
+      if ((c >> shift) == (T >> shift)) atomicAdd(&sm->hist[(uint32_t)(c >> nsh) & ((1u << w) - 1u)], 1u);
+    }
+    __syncthreads();
+    int above = 0;
+    const int bin = find_bin(sm->hist, 1 << w, need, &above, sm->scratch);
+    const int in_bin = (int)sm->hist[bin];
+    need -= above;
+    T |= (uint64_t)bin << nsh;
+    shift = nsh;
+    __syncthreads();
+    if (in_bin == need || shift == 0) return T;
+  }
+}
+
+/* The top-k of the CTA's tokens from their keys in shared memory (keys[ti * ks + j] = position
+ * pos0 + j of token ti, for j < the token's visible positions in the range). Every thread of every
+ * CTA of the request calls it, whatever it scored (fz_begin already arrived on barrier 1). */
+static __device__ void fz_select(const dsa_scores_params &p, const dsa_fused_topk &f, const sc_group *grp, int nt,
+                                 int t0, const uint32_t *keys, int ks, int pos0, fz_smem *sm) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const unsigned lt = (1u << lane) - 1u;
+  const int x = blockIdx.x, nx = gridDim.x;
+  uint32_t *bar = fz_bar(f);
+  uint32_t barriers = 1; /* barrier 1: fz_begin's */
+  const int topk = f.topk;
+  if (tid < SC_MAX_T) {
+    sm->prefix[tid] = 0u;
+    sm->shift[tid] = 32;
+    sm->need[tid] = topk;
+    sm->done[tid] = !(tid < nt && grp->len[tid] > 0); /* scored: L > topk */
+    sm->gather[tid] = 0;
+    sm->ncand[tid] = 0;
+  }
+  __syncthreads();
+
+  /* ---- digit passes: pass 1 always (for scored tokens), 2 and 3 for a b1 too full to gather ---- */
+  for (int pass = 0; pass < 3; ++pass) {
+    bool any = false;
+    for (int ti = 0; ti < nt; ++ti) any |= !sm->done[ti];
+    if (!any) break; /* the same in every CTA: decided from the same global sums */
+    const int w = pass < 2 ? 11 : 10;
+    if (pass == 0) { /* barrier 1: every CTA zeroed its share of the histograms */
+      if (tid == 0) fz_wait(bar, (uint32_t)nx);
+      __syncthreads();
+    }
+    for (int ti = 0; ti < nt; ++ti) {
+      if (sm->done[ti]) continue;
+      for (int b = tid; b < TK_BINS; b += FZ_THREADS) sm->hist[b] = 0u;
+      __syncthreads();
+      const int n = min(max(grp->fill[ti] - pos0, 0), ks);
+      const uint32_t P = sm->prefix[ti];
+      const int s = sm->shift[ti], d = s - w;
+      const uint32_t *k = keys + (size_t)ti * ks;
+      for (int j = tid; j < n; j += FZ_THREADS) {
+        const uint32_t key = k[j];
+        if (fz_cmp(key, P, s) == 0) atomicAdd(&sm->hist[(key >> d) & ((1u << w) - 1u)], 1u);
+      }
+      __syncthreads();
+      uint32_t *g = fz_token_words(f, t0 + ti) + pass * TK_BINS;
+      for (int b = tid; b < (1 << w); b += FZ_THREADS)
+        if (sm->hist[b]) atomicAdd(&g[b], sm->hist[b]);
+      __syncthreads();
+    }
+    fz_grid_sync(bar, ++barriers * (uint32_t)nx);
+    for (int ti = 0; ti < nt; ++ti) {
+      if (sm->done[ti]) continue;
+      const uint32_t *g = fz_token_words(f, t0 + ti) + pass * TK_BINS;
+      for (int b = tid; b < (1 << w); b += FZ_THREADS) sm->hist[b] = __ldcg(&g[b]);
+      __syncthreads();
+      int above = 0;
+      const int need = sm->need[ti];
+      const int bin = find_bin(sm->hist, 1 << w, need, &above, sm->scratch);
+      if (tid == 0) {
+        const int left = need - above, in_bin = (int)sm->hist[bin];
+        const int s = sm->shift[ti] - w;
+        sm->prefix[ti] = (sm->shift[ti] >= 32 ? 0u : sm->prefix[ti] << w) | (uint32_t)bin;
+        sm->shift[ti] = s;
+        sm->need[ti] = left;
+        sm->done[ti] = in_bin == left || s == 0;
+        if (pass == 0 && in_bin != left && in_bin <= DSA_FUSED_CAND) {
+          sm->gather[ti] = 1; /* resolved from b1's candidates instead of two more passes */
+          sm->ncand[ti] = in_bin;
+          sm->done[ti] = 1;
+        }
+      }
+      __syncthreads();
+    }
+  }
+
+  /* ---- final: counts above (and equal to) the threshold, per warp part and per CTA; gathered
+   * tokens also append their keys of b1 to the candidate list ---- */
+  for (int ti = 0; ti < nt; ++ti) {
+    if (!(grp->len[ti] > 0)) continue;
+    const int n = min(max(grp->fill[ti] - pos0, 0), ks);
+    const uint32_t P = sm->prefix[ti];
+    const int s = sm->shift[ti];
+    const bool gather = sm->gather[ti];
+    uint32_t *words = fz_token_words(f, t0 + ti);
+    uint64_t *cands = (uint64_t *)(words + FZ_W_CANDS);
+    const uint32_t *k = keys + (size_t)ti * ks;
+    const int wlen = (n + FZ_WARPS * 32 - 1) / (FZ_WARPS * 32) * 32;
+    const int wb = min(n, warp * wlen), we = min(n, wb + wlen);
+    int a = 0, e = 0;
+    for (int j0 = wb; j0 < we; j0 += 32) {
+      const int j = j0 + lane;
+      const uint32_t key = j < we ? k[j] : 0u;
+      const int c = j < we ? fz_cmp(key, P, s) : -1;
+      a += c > 0;
+      if (gather) { /* one atomic a warp step for its keys in b1 */
+        const unsigned eb = __ballot_sync(0xffffffffu, c == 0);
+        if (eb) {
+          int base = 0;
+          if (lane == 0) base = (int)atomicAdd(&words[FZ_W_COUNT], (uint32_t)__popc(eb));
+          base = __shfl_sync(0xffffffffu, base, 0) + __popc(eb & lt);
+          if (c == 0 && base < DSA_FUSED_CAND) cands[base] = make_comp(key, pos0 + j);
+        }
+      } else {
+        e += c == 0;
+      }
+    }
+    a = __reduce_add_sync(0xffffffffu, a);
+    e = __reduce_add_sync(0xffffffffu, e);
+    if (lane == 0) {
+      sm->warp_above[ti][warp] = a;
+      sm->warp_eq[ti][warp] = e;
+    }
+    __syncthreads();
+    if (tid == 0) {
+      int sa = 0, se = 0;
+      for (int i = 0; i < FZ_WARPS; ++i) sa += sm->warp_above[ti][i], se += sm->warp_eq[ti][i];
+      int *pairs = (int *)(words + FZ_W_PAIRS);
+      pairs[2 * x] = sa;
+      pairs[2 * x + 1] = se;
+    }
+  }
+  fz_grid_sync(bar, ++barriers * (uint32_t)nx);
+
+  /* ---- final: this CTA's selected positions, ascending, at their offset ---- */
+  for (int ti = 0; ti < nt; ++ti) {
+    const int t = t0 + ti;
+    int32_t *out = f.out + (size_t)t * topk;
+    const int L = grp->fill[ti];
+    if (!(grp->len[ti] > 0)) { /* L <= topk: every visible position, nothing scored */
+      if (x == 0) {
+        for (int i = tid; i < topk; i += FZ_THREADS) out[i] = i < L ? rows_output(p.rows, t, i) : -1;
+        if (tid == 0 && f.out_lens) f.out_lens[t] = min(topk, L);
+      }
+      continue;
+    }
+    const int need = sm->need[ti];
+    const uint32_t P = sm->prefix[ti];
+    const int s = sm->shift[ti];
+    const bool gather = sm->gather[ti];
+    const uint32_t *words = fz_token_words(f, t0 + ti);
+    /* the lower CTAs' counts: where this CTA's output starts (and, resolved by digits, how many of
+     * its keys equal to T it takes) */
+    const int *pairs = (const int *)(words + FZ_W_PAIRS);
+    int a_lo = 0, e_lo = 0;
+    for (int c = tid; c < x; c += FZ_THREADS) {
+      a_lo += __ldcg(&pairs[2 * c]);
+      e_lo += __ldcg(&pairs[2 * c + 1]);
+    }
+    uint64_t T = 0;
+    if (gather) { /* the candidates: T, and those selected below this CTA's positions */
+      const int nc = min(sm->ncand[ti], DSA_FUSED_CAND);
+      const uint64_t *cands = (const uint64_t *)(words + FZ_W_CANDS);
+      for (int i = tid; i < nc; i += FZ_THREADS) sm->cand[i] = __ldcg(&cands[i]);
+      __syncthreads();
+      T = fz_resolve(sm, nc, need);
+      for (int i = tid; i < nc; i += FZ_THREADS) {
+        const uint64_t c = sm->cand[i];
+        e_lo += c >= T && (int)~(uint32_t)c < pos0;
+      }
+    }
+    const int2 lo_sums = fz_block_sum2(a_lo, e_lo, sm);
+    const int offset = lo_sums.x + (gather ? lo_sums.y : min(lo_sums.y, need));
+    const int take_eq = max(0, need - lo_sums.y);
+    const int n = min(max(L - pos0, 0), ks);
+    const int wlen = (n + FZ_WARPS * 32 - 1) / (FZ_WARPS * 32) * 32;
+    const int wb = min(n, warp * wlen), we = min(n, wb + wlen);
+    /* warp w's first output (and first equal key): the lower warps' counts; gathered tokens count
+     * their selected candidates in this walk's first round */
+    const uint32_t *k = keys + (size_t)ti * ks;
+    int sel_base = offset, eq_base = 0;
+    if (gather) {
+      int mine = 0;
+      for (int j0 = wb; j0 < we; j0 += 32) {
+        const int j = j0 + lane;
+        const uint32_t key = j < we ? k[j] : 0u;
+        const int c = j < we ? fz_cmp(key, P, s) : -1;
+        mine += c > 0 || (c == 0 && make_comp(key, pos0 + j) >= T);
+      }
+      mine = __reduce_add_sync(0xffffffffu, mine);
+      if (lane == 0) sm->warp_eq[ti][warp] = mine; /* reused: selected in the warp's part */
+      __syncthreads();
+      for (int i = 0; i < warp; ++i) sel_base += sm->warp_eq[ti][i];
+    } else {
+      for (int i = 0; i < warp; ++i) {
+        const int ei = sm->warp_eq[ti][i];
+        sel_base += sm->warp_above[ti][i] + min(ei, max(0, take_eq - eq_base));
+        eq_base += ei;
+      }
+    }
+    for (int j0 = wb; j0 < we; j0 += 32) {
+      const int j = j0 + lane;
+      const uint32_t key = j < we ? k[j] : 0u;
+      const int c = j < we ? fz_cmp(key, P, s) : -1;
+      const unsigned eb = __ballot_sync(0xffffffffu, c == 0);
+      const bool sel = c > 0 || (c == 0 && (gather ? make_comp(key, pos0 + j) >= T
+                                                   : eq_base + __popc(eb & lt) < take_eq));
+      const unsigned sb = __ballot_sync(0xffffffffu, sel);
+      const int o = sel_base + __popc(sb & lt);
+      if (sel && o < topk) out[o] = rows_output(p.rows, t, pos0 + j);
+      sel_base += __popc(sb);
+      eq_base += __popc(eb);
+    }
+    /* the last CTA: past what was selected, -1 (only inconsistent inputs leave any) */
+    if (x == nx - 1 && warp == FZ_WARPS - 1) {
+      for (int i = sel_base + lane; i < topk; i += 32) out[i] = -1;
+    }
+    if (x == 0 && tid == 0 && f.out_lens) f.out_lens[t] = min(topk, L);
+    __syncthreads(); /* sm->cand and warp counts are the next token's */
+  }
+}
