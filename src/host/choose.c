@@ -157,10 +157,10 @@ int dsa_choose_indexer(const dsa_scores_params *p) {
   if (!can || forced == DSA_INDEXER_SEPARATE) return DSA_INDEXER_SEPARATE;
   if (forced == DSA_INDEXER_FUSED) return DSA_INDEXER_FUSED;
   /* FP8-q decode on TMA pages, rows over 8k, at most 4 requests of one or two tokens: fused.
-   * 1 request at 16k / 128k / 1M 20.4 / 22.3 / 62.1 us against 26.0 / 32.8 / 81.0 separate; MTP 2
-   * at 128k / 1M 31.2 / 80.4 against 40.5 / 85.0. It lost at 8k (17.7 against 17.2: the registers
-   * top-k is one short kernel), at B = 64 x 8k (42.3 against 38.4; 64 x 32k even at 109.1) and at
-   * MTP 4 (128k 51.1 against 40.4: a CTA runs its tokens' selects one after another) */
+   * 1 request at 16k / 128k / 1M 20.3 / 22.4 / 60.3 us against 26.0 / 32.8 / 81.0 separate; MTP 2
+   * at 128k / 1M 30.6 / 79.8 against 40.5 / 85.0. It lost at 8k (17.7 against 17.2: the registers
+   * top-k is one short kernel), at B = 64 x 8k (41.7 against 38.4; 64 x 32k 109.6 against 109.1)
+   * and at MTP 4 (128k 51.2 against 40.4: a CTA runs its tokens' selects one after another) */
   const int reqs = p->rows.q_len_per_req > 0 ? p->num_tokens / p->rows.q_len_per_req : p->num_tokens;
   return p->kernel == DSA_SCORES_WGMMA_TMA && p->rows.max_len > FUSED_MIN_LEN &&
                  p->rows.q_len_per_req <= 2 && reqs <= 4

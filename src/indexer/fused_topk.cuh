@@ -253,22 +253,10 @@ static __device__ void fz_select(const dsa_scores_params &p, const dsa_fused_top
     const int wlen = (n + FZ_WARPS * 32 - 1) / (FZ_WARPS * 32) * 32;
     const int wb = min(n, warp * wlen), we = min(n, wb + wlen);
     int a = 0, e = 0;
-    for (int j0 = wb; j0 < we; j0 += 32) {
-      const int j = j0 + lane;
-      const uint32_t key = j < we ? k[j] : 0u;
-      const int c = j < we ? fz_cmp(key, P, s) : -1;
+    for (int j = wb + lane; j < we; j += 32) {
+      const int c = fz_cmp(k[j], P, s);
       a += c > 0;
-      if (gather) { /* one atomic a warp step for its keys in b1 */
-        const unsigned eb = __ballot_sync(0xffffffffu, c == 0);
-        if (eb) {
-          int base = 0;
-          if (lane == 0) base = (int)atomicAdd(&words[FZ_W_COUNT], (uint32_t)__popc(eb));
-          base = __shfl_sync(0xffffffffu, base, 0) + __popc(eb & lt);
-          if (c == 0 && base < DSA_FUSED_CAND) cands[base] = make_comp(key, pos0 + j);
-        }
-      } else {
-        e += c == 0;
-      }
+      e += c == 0;
     }
     a = __reduce_add_sync(0xffffffffu, a);
     e = __reduce_add_sync(0xffffffffu, e);
@@ -282,8 +270,26 @@ static __device__ void fz_select(const dsa_scores_params &p, const dsa_fused_top
       for (int i = 0; i < FZ_WARPS; ++i) sa += sm->warp_above[ti][i], se += sm->warp_eq[ti][i];
       int *pairs = (int *)(words + FZ_W_PAIRS);
       pairs[2 * x] = sa;
-      pairs[2 * x + 1] = se;
+      pairs[2 * x + 1] = gather ? 0 : se; /* gathered: the candidates say which equal ones count */
+      /* gathered: one L2 atomic a CTA reserves its place in the list (an atomic a warp step — 33k
+       * on one address at 1M — cost more than the rest of the select) */
+      sm->bcast[0] = gather && se ? (int)atomicAdd(&words[FZ_W_COUNT], (uint32_t)se) : 0;
     }
+    if (gather) {
+      __syncthreads();
+      int base = sm->bcast[0];
+      for (int i = 0; i < warp; ++i) base += sm->warp_eq[ti][i];
+      for (int j0 = wb; j0 < we; j0 += 32) {
+        const int j = j0 + lane;
+        const uint32_t key = j < we ? k[j] : 0u;
+        const bool in = j < we && fz_cmp(key, P, s) == 0;
+        const unsigned eb = __ballot_sync(0xffffffffu, in);
+        const int o = base + __popc(eb & lt);
+        if (in && o < DSA_FUSED_CAND) cands[o] = make_comp(key, pos0 + j);
+        base += __popc(eb);
+      }
+    }
+    __syncthreads(); /* sm->bcast and the warp counts are the next token's */
   }
   fz_grid_sync(bar, ++barriers * (uint32_t)nx);
 
