@@ -227,7 +227,7 @@ dsa_status dsa_indexer_decode_workspace_size(const dsa_indexer_decode_args *a, s
   if (!bytes) return dsa_fail(DSA_ERR_NULL_POINTER, "%s: bytes is NULL", fn);
   CHECK(check_decode(fn, a, 0, 0, &max_len));
   const int tokens = a->num_reqs * a->q_len_per_req;
-  *bytes = tokens ? dsa_plan_indexer(tokens, max_len, a->topk, a->q_len_per_req, a->workspace_limit).total : 0;
+  *bytes = tokens ? dsa_plan_indexer(tokens, max_len, a->topk, a->q_len_per_req, 1, a->workspace_limit).total : 0;
   return DSA_OK;
 }
 
@@ -238,7 +238,7 @@ dsa_status dsa_indexer_decode(const dsa_indexer_decode_args *a, void *ws, size_t
   CHECK(check_decode(fn, a, 1, 1, &max_len));
   const int tokens = a->num_reqs * a->q_len_per_req;
   if (tokens == 0) return DSA_OK;
-  const dsa_indexer_plan plan = dsa_plan_indexer(tokens, max_len, a->topk, a->q_len_per_req, a->workspace_limit);
+  const dsa_indexer_plan plan = dsa_plan_indexer(tokens, max_len, a->topk, a->q_len_per_req, 1, a->workspace_limit);
   dsa_rows rows;
   rows_from_decode(&rows, a, max_len);
   return run_indexer(fn, &a->query, &a->cache, rows, tokens, a->topk, max_len, a->topk_indices,
@@ -250,7 +250,7 @@ dsa_status dsa_indexer_prefill_workspace_size(const dsa_indexer_prefill_args *a,
   int max_len = 0;
   if (!bytes) return dsa_fail(DSA_ERR_NULL_POINTER, "%s: bytes is NULL", fn);
   CHECK(check_prefill(fn, a, 0, 0, &max_len));
-  *bytes = a->num_tokens ? dsa_plan_indexer(a->num_tokens, max_len, a->topk, 1, a->workspace_limit).total : 0;
+  *bytes = a->num_tokens ? dsa_plan_indexer(a->num_tokens, max_len, a->topk, 1, 0, a->workspace_limit).total : 0;
   return DSA_OK;
 }
 
@@ -260,7 +260,7 @@ dsa_status dsa_indexer_prefill(const dsa_indexer_prefill_args *a, void *ws, size
   int max_len = 0;
   CHECK(check_prefill(fn, a, 1, 1, &max_len));
   if (a->num_tokens == 0) return DSA_OK;
-  const dsa_indexer_plan plan = dsa_plan_indexer(a->num_tokens, max_len, a->topk, 1, a->workspace_limit);
+  const dsa_indexer_plan plan = dsa_plan_indexer(a->num_tokens, max_len, a->topk, 1, 0, a->workspace_limit);
   dsa_rows rows;
   rows_from_prefill(&rows, a, max_len);
   return run_indexer(fn, &a->query, &a->cache, rows, a->num_tokens, a->topk, max_len, a->topk_indices,

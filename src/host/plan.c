@@ -25,7 +25,7 @@ static int64_t tokens_fitting(size_t budget, size_t fixed, int64_t row_bytes, in
 
 /* The fastest plan: chunks of as many tokens as DSA_SCORE_CAP_ELEMS scores hold (at least one
  * request's, at most DSA_TOPK_ROWS_PER_LAUNCH), each chunk's top-k resolved on its own. */
-static dsa_indexer_plan plan_fastest(int num_tokens, int max_len, int topk, int multiple) {
+static dsa_indexer_plan plan_fastest(int num_tokens, int max_len, int topk, int multiple, int decode) {
   dsa_indexer_plan p;
   memset(&p, 0, sizeof p);
   p.stride = ((int64_t)max_len + 3) & ~(int64_t)3;
@@ -37,8 +37,8 @@ static dsa_indexer_plan plan_fastest(int num_tokens, int max_len, int topk, int 
   if (chunk < multiple) chunk = multiple;
   p.chunk = p.group = (int)chunk;
   p.score_bytes = max_len > topk ? round256((size_t)p.stride * (size_t)chunk * 4) : 0;
-  /* the fused indexer's control block lives where the scores would (decode; chunk tokens at most) */
-  if (max_len > topk && p.score_bytes < DSA_FUSED_CTL_BYTES(chunk, chunk))
+  /* decode: the fused indexer's control block lives where the scores would (chunk tokens at most) */
+  if (decode && max_len > topk && p.score_bytes < DSA_FUSED_CTL_BYTES(chunk, chunk))
     p.score_bytes = round256(DSA_FUSED_CTL_BYTES(chunk, chunk));
   p.total = p.score_bytes + dsa_topk_ws_layout(p.chunk).total;
   return p;
@@ -53,8 +53,8 @@ static dsa_indexer_plan plan_fastest(int num_tokens, int max_len, int topk, int 
  * chunk); the group halves while its chunks would hold fewer than DSA_DEFERRED_MIN_CHUNK tokens (or
  * than fit beside the smallest group, for rows so long that fewer do).
  * `multiple`: one request's MTP tokens stay together. */
-dsa_indexer_plan dsa_plan_indexer(int num_tokens, int max_len, int topk, int multiple, size_t cap) {
-  dsa_indexer_plan p = plan_fastest(num_tokens, max_len, topk, multiple);
+dsa_indexer_plan dsa_plan_indexer(int num_tokens, int max_len, int topk, int multiple, int decode, size_t cap) {
+  dsa_indexer_plan p = plan_fastest(num_tokens, max_len, topk, multiple, decode);
   if (cap == 0 || p.total <= cap) return p;
   const int64_t stride = p.stride; /* the score rows' stride: the same in every plan */
   memset(&p, 0, sizeof p);

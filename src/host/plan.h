@@ -23,12 +23,15 @@ typedef struct {
   int group;          /* deferred: tokens per top-k group (resolved once, from composites); else = chunk */
   int deferred;       /* 1: long rows whose scores do not all fit — chunks of a group share the top-k
                          scratch, which is resolved once a group (topk/chain.cu, dsa_topk_chunk_launch) */
-  size_t score_bytes; /* scratch for one chunk's scores (0 when nothing is scored) */
+  size_t score_bytes; /* scratch for one chunk's scores (0 when nothing is scored); decode's fastest
+                         plan: at least the fused indexer's control block (DSA_FUSED_CTL_BYTES) */
   size_t total;       /* workspace bytes */
 } dsa_indexer_plan;
 /* num_tokens >= 1 tokens of visible length <= max_len, `multiple` tokens a request (MTP; never split
- * across launches), within the caller's workspace_limit (0 = none: the fastest plan). */
-dsa_indexer_plan dsa_plan_indexer(int num_tokens, int max_len, int topk, int multiple, size_t workspace_limit);
+ * across launches), decode (1) or prefill (0), within the caller's workspace_limit (0 = none: the
+ * fastest plan). */
+dsa_indexer_plan dsa_plan_indexer(int num_tokens, int max_len, int topk, int multiple, int decode,
+                                  size_t workspace_limit);
 
 /* ---- top-k: scratch for num_rows rows at once (bounded per row), and where its parts start ---- */
 typedef struct {
