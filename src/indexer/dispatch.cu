@@ -5,7 +5,9 @@
  *                                 cp.async into a twelve-stage mbarrier ring
  *   wgmma_tma  (scores_wgmma.cu)  the same, each 64-key decode page by one TMA tensor copy
  * Where the driver makes no tensor map for wgmma_tma, the table's fallback runs (mma by default,
- * wgmma when wgmma_tma was forced).
+ * wgmma when wgmma_tma was forced). Decode scores + top-k in one kernel (the fused indexer,
+ * dsa_indexer_fused_launch in scores_wgmma.cu) is launched by host/api_indexer.c where
+ * dsa_choose_indexer picks it; where it declines, this scorer and the top-k kernel run.
  */
 #include <cuda_runtime.h>
 
