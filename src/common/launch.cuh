@@ -97,18 +97,18 @@ static cudaError_t dsa_launch_smem(void (*kernel)(KArgs...), dsa_smem_cache *cac
   return dsa_launch_smem_cluster(kernel, cache, grid, block, smem, stream, programmatic, 0u, args...);
 }
 
-/* A cooperative launch of a kernel that may need more than 48 KB (the limit set once, as above).
- * *resident: whether `grid` can be resident at once on this device (the occupancy calculator, a host
- * computation); when it cannot, nothing is launched (cudaSuccess). */
+/* A cooperative launch of a kernel that may need more than 48 KB (the limit set once, as above) on a
+ * device of `sms` SMs (the caller's cached count, host/device.c). *resident: whether `grid` can be
+ * resident at once (the occupancy calculator, a host computation); when it cannot, nothing is
+ * launched (cudaSuccess). */
 template <typename... KArgs, typename... Args>
 static cudaError_t dsa_launch_smem_cooperative(void (*kernel)(KArgs...), dsa_smem_cache *cache, dim3 grid, dim3 block,
-                                               size_t smem, cudaStream_t stream, bool *resident, Args &&...args) {
+                                               size_t smem, cudaStream_t stream, int sms, bool *resident,
+                                               Args &&...args) {
   *resident = false;
   cudaError_t err = dsa_set_smem(kernel, smem, cache, false);
   if (err != cudaSuccess) return err;
-  int dev = 0, sms = 0, per_sm = 0;
-  if ((err = cudaGetDevice(&dev)) != cudaSuccess) return err;
-  if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return err;
+  int per_sm = 0;
   if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (int)(block.x * block.y * block.z), smem)) !=
       cudaSuccess)
     return err;

@@ -319,7 +319,8 @@ static int ws_launch_t(const dsa_scores_params *p, const dsa_fused_topk *f, dim3
     if (err != cudaSuccess) return (int)err;
     bool resident = false;
     err = dsa_launch_smem_cooperative(scores_wgmma_kernel<HP, NC, F16, TMA, SHARE, true>, &cache, grid, WS_THREADS,
-                                      smem, stream, &resident, *p, T, tpc, kmap, *f);
+                                      smem, stream, p->num_sms > 0 ? p->num_sms : 132, &resident, *p, T, tpc, kmap,
+                                      *f);
     if (err == cudaSuccess && !resident) return DSA_FUSED_DECLINED; /* the memset alone is harmless */
     if (err == cudaErrorCooperativeLaunchTooLarge) { /* fewer SMs than the device reports (MPS, ...) */
       (void)cudaGetLastError();                      /* the launch's own error */
