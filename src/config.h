@@ -49,7 +49,7 @@
  * each CTA's (above, equal) counts and the candidates (64-bit) — O(histograms + candidates),
  * whatever the row's length. */
 #define DSA_FUSED_BAR_BYTES 32
-#define DSA_FUSED_TOKEN_WORDS (3 * TK_BINS + 2 + 2 * DSA_FUSED_MAX_CTAS + 2 * DSA_FUSED_CAND)
+#define DSA_FUSED_TOKEN_WORDS (3 * TK_BINS + 4 + 2 * DSA_FUSED_MAX_CTAS + 2 * DSA_FUSED_CAND)
 #define DSA_FUSED_CTL_BYTES(tokens, groups) \
   ((((size_t)(groups) * DSA_FUSED_BAR_BYTES + 255) & ~(size_t)255) + (size_t)(tokens) * DSA_FUSED_TOKEN_WORDS * 4)
 

@@ -87,8 +87,11 @@ static size_t ws_smem_bytes(int qrows, bool f16, int ns) {
   return 2 * ns * 8 + sizeof(sc_group) + 1024 + (size_t)wt_q_bytes(qrows) * (f16 ? 2 : 1) +
          (size_t)ns * WT_WG_STAGE + (f16 ? (size_t)WS_CONSUMERS * WT_F16_KEYS : 0) + (size_t)3 * qrows * 4 + 16;
 }
-/* FUSED: + the CTA's scores as keys, T tokens x its tiles' positions (after qsc, 16-byte aligned). */
-static size_t ws_fused_keys_bytes(int T, int tiles_per_cta) { return (size_t)T * tiles_per_cta * WT_WG_KEYS * 4 + 16; }
+/* FUSED: + the CTA's scores as keys, T tokens x its tiles' positions (after qsc, 16-byte aligned),
+ * then each token's histogram of their first digit (T x TK_BINS), then (TMA) its tiles' page ids. */
+static size_t ws_fused_keys_bytes(int T, int tiles_per_cta) {
+  return (size_t)T * tiles_per_cta * WT_WG_KEYS * 4 + 16 + (size_t)T * TK_BINS * 4 + (size_t)tiles_per_cta * 4;
+}
 static_assert(WS_NS_SHARE * WT_WG_STAGE >= sizeof(fz_smem), "the select phase lives in the ring's stages");
 
 /* Producer, TMA: one tile's page pg into stage st — the validity flags by every lane of the warp
@@ -145,6 +148,8 @@ __global__ void __launch_bounds__(WS_THREADS, SHARE ? 2 : 1)
   /* FUSED: token ti's scores of positions pos0 .. pos0 + ks as keys (indexer/fused_topk.cuh) */
   uint32_t *fkeys = (uint32_t *)(((uintptr_t)(qsc_smem + qrows) + 15) & ~(uintptr_t)15);
   const int ks = tiles_per_cta * WT_WG_KEYS;
+  uint32_t *fhist = fkeys + (size_t)T * ks; /* FUSED: T x TK_BINS */
+  int *fpages = (int *)(fhist + (size_t)T * TK_BINS); /* FUSED and TMA: tile i's block-table entry */
 
   /* the warp index through a shuffle: ptxas then sees the role branches as warp-uniform (fewer
    * registers held across them: no spills; and wgmma overlap needs it) */
@@ -152,13 +157,15 @@ __global__ void __launch_bounds__(WS_THREADS, SHARE ? 2 : 1)
   sc_cta cta;
   /* FUSED: a CTA with nothing to score still takes part in its request's selection */
   if (!sc_cta_begin(p, grp, T, WT_WG_KEYS, tiles_per_cta, &cta) && !FUSED) return;
-  if constexpr (FUSED) fz_begin(f, cta.t0, cta.nt);
-  const wt_keys_out ko = {fkeys, ks, (int)cta.range_lo};
+  const wt_keys_out ko = {fkeys, fhist, ks, (int)cta.range_lo};
+  if constexpr (FUSED)
+    for (int i = threadIdx.x; i < T * TK_BINS; i += WS_THREADS) fhist[i] = 0u; /* before the barrier below */
   const int t0 = cta.t0, nt = cta.nt, lo = cta.lo, hi = cta.hi, tile_begin = cta.tile_begin, tile_end = cta.tile_end;
   const long long range_lo = cta.range_lo, range_hi = cta.range_hi;
   const int ntiles = tile_end - tile_begin;
 
-  /* Not needed for correctness (the group's lengths and the barriers are disjoint): it separates
+  /* FUSED: the histograms' zeros before any epilogue counts into them. Otherwise not needed for
+   * correctness (the group's lengths and the barriers are disjoint): it separates
    * sc_group_setup's reads from mbarrier.init in time for racecheck, which reported them as a race
    * (as it did mbarrier.init against q staging before that moved past the barrier below). */
   __syncthreads();
@@ -184,6 +191,7 @@ __global__ void __launch_bounds__(WS_THREADS, SHARE ? 2 : 1)
           const long long page_next =
               base + 32 + lane < ntiles ? rows_key_raw(p.rows, t0, (tile_begin + base + 32 + lane) * WT_WG_KEYS) : -1;
           const int n = ntiles - base < 32 ? ntiles - base : 32;
+          if (FUSED && lane < n) fpages[base + lane] = (int)page; /* the output's slots (fused_topk.cuh) */
           for (int j = 0; j < n; j++) {
             const int i = base + j, s = i % NS;
             ring_wait_empty<NS>(ring, i);
@@ -202,6 +210,7 @@ __global__ void __launch_bounds__(WS_THREADS, SHARE ? 2 : 1)
         const int x0 = (tile_begin + i) * WT_WG_KEYS;
         const long long page_next =
             lane == 0 && i + 4 < ntiles ? rows_key_raw(p.rows, t0, x0 + 4 * WT_WG_KEYS) : -1;
+        if (FUSED && lane == 0) fpages[i] = (int)page; /* the output's slots (fused_topk.cuh) */
         ring_wait_empty<NS>(ring, i);
         ws_tma_fill(p, &kmap, stages + s * WT_WG_STAGE, ring_full(ring, s), __shfl_sync(0xffffffffu, page, 0),
                     lane);
@@ -294,7 +303,7 @@ __global__ void __launch_bounds__(WS_THREADS, SHARE ? 2 : 1)
   }
   if constexpr (FUSED) {
     /* the ring's stages hold the select phase's state now (every copy into them has landed) */
-    fz_select(p, f, grp, nt, t0, fkeys, ks, (int)range_lo, (fz_smem *)stages);
+    fz_select(p, f, grp, nt, t0, fkeys, fhist, TMA ? fpages : nullptr, ks, (int)range_lo, (fz_smem *)stages);
     return;
   }
   sc_fill_tail(p, grp, nt, t0, range_lo, range_hi);
@@ -315,7 +324,7 @@ static int ws_launch_t(const dsa_scores_params *p, const dsa_fused_topk *f, dim3
                                 stream, false, *p, T, tpc, kmap, none);
   } else {
     if (smem > WS_MAX_SMEM || grid.x > DSA_FUSED_MAX_CTAS) return DSA_FUSED_DECLINED;
-    cudaError_t err = cudaMemsetAsync(f->ctl, 0, (size_t)grid.y * DSA_FUSED_BAR_BYTES, stream);
+    cudaError_t err = cudaMemsetAsync(f->ctl, 0, fz_zeroed_bytes((int)grid.y, p->num_tokens), stream);
     if (err != cudaSuccess) return (int)err;
     bool resident = false;
     err = dsa_launch_smem_cooperative(scores_wgmma_kernel<HP, NC, F16, TMA, SHARE, true>, &cache, grid, WS_THREADS,

@@ -216,9 +216,12 @@ static __device__ __forceinline__ bool wt_any_visible(const sc_group *grp, int n
 }
 
 /* Where the fused indexer (FUSED, indexer/fused_topk.cuh) keeps a CTA's scores instead of global
- * memory: position i of token ti at keys[ti * stride + i - pos0], as its score key. */
+ * memory: position i of token ti at keys[ti * stride + i - pos0], as its score key, counted into
+ * token ti's histogram of the key's top 11 bits, hist[ti * TK_BINS + (key >> 21)] (shared memory,
+ * zeroed before the first tile). */
 typedef struct {
   uint32_t *keys;
+  uint32_t *hist;
   int stride, pos0;
 } wt_keys_out;
 
@@ -296,8 +299,11 @@ static __device__ __forceinline__ void wt_chunk_epilogue(const dsa_scores_params
     const int L = grp->len[ti], bt = grp->begin[ti];
     const float sc = FAST ? out[i] * ks : out[i];
     if (x >= bt && x < bt + L) {
-      if constexpr (FUSED)
-        ko.keys[ti * ko.stride + (x - bt - ko.pos0)] = score_key(ok ? sc : -INFINITY);
+      if constexpr (FUSED) {
+        const uint32_t key = score_key(ok ? sc : -INFINITY);
+        ko.keys[ti * ko.stride + (x - bt - ko.pos0)] = key;
+        atomicAdd(&ko.hist[ti * TK_BINS + (key >> 21)], 1u);
+      }
       else
         p.scores[(long long)(t0 + ti) * p.scores_stride + (x - bt)] = ok ? sc : -INFINITY;
     }
@@ -328,7 +334,7 @@ static __device__ __forceinline__ void wt_tile_scores(const dsa_scores_params &p
                                                       const unsigned char *st, uint32_t q_addr, const float *wq_smem,
                                                       const float *w_smem, const float *qsc_smem, int chunks, int nt,
                                                       int t0, int x0, bool qscale_nonneg, int wi, int lane,
-                                                      const wt_keys_out &ko = wt_keys_out{nullptr, 0, 0}) {
+                                                      const wt_keys_out &ko = wt_keys_out{nullptr, nullptr, 0, 0}) {
   static_assert(NC >= HP && NC % HP == 0 && NC <= 256, "a chunk holds whole tokens");
   const int c = lane & 3, rq = lane >> 2;
   const int r0 = 16 * wi + rq, r1 = r0 + 8; /* this thread's two keys of the 64 */
@@ -371,7 +377,7 @@ static __device__ __forceinline__ void wt_tile_scores_f16(const dsa_scores_param
                                                           const float *wq_smem, const float *w_smem,
                                                           const float *qsc_smem, int chunks, int nt, int t0, int x0,
                                                           float ks0, float ks1, int ok0, int ok1, bool fast, int wi,
-                                                          int lane, const wt_keys_out &ko = wt_keys_out{nullptr, 0, 0}) {
+                                                          int lane, const wt_keys_out &ko = wt_keys_out{nullptr, nullptr, 0, 0}) {
   static_assert(NC >= HP && NC % HP == 0 && NC <= 256, "a chunk holds whole tokens");
   const int c = lane & 3, rq = lane >> 2;
   const int r0 = 16 * wi + rq, r1 = r0 + 8;

@@ -117,6 +117,12 @@ __device__ __forceinline__ uint32_t ptx_mapa(uint32_t smem_addr, uint32_t rank) 
 __device__ __forceinline__ void ptx_red_release_gpu_add(uint32_t *p, uint32_t v) {
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
+/* ld.relaxed.gpu.global.u32 (§9.7.9.8 ld): the counter's current value, no ordering (a poll). */
+__device__ __forceinline__ uint32_t ptx_ld_relaxed_gpu(const uint32_t *p) {
+  uint32_t v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
 /* ld.acquire.gpu.global.u32 (§9.7.9.8 ld): the counter's current value, later reads ordered after it. */
 __device__ __forceinline__ uint32_t ptx_ld_acquire_gpu(const uint32_t *p) {
   uint32_t v;
