@@ -412,11 +412,16 @@ static void test_indexer_kernel_choice(void) {
     const char *spec;
     int reqs, n, blocks, page, fp8, heads, decline, fused, scorer;
   } fused_cases[] = {
-      /* FP8-q decode on 64-key pages (wgmma_tma), rows past 16k, <= 4 requests of <= 2 tokens:
-       * fused (1M; 2 x MTP 2 at 128k); 8k rows, batches of 64, MTP 4: separate; forced: fused */
+      /* FP8-q decode on 64-key pages (wgmma_tma): fused for <= 8 requests of one token past 2k
+       * rows (1M, 8k, 3k; 8 x 8k) and <= 4 requests of two tokens past 8k (2 x MTP 2 at 128k);
+       * 16 or 64 requests, MTP 2 at 8k, MTP 4: separate; forced: fused */
       {NULL, 1, 1, 16384, 64, 1, 32, 0, 1, DSA_SCORES_WGMMA_TMA},
       {NULL, 2, 2, 2048, 64, 1, 64, 0, 1, DSA_SCORES_WGMMA_TMA},
-      {NULL, 1, 1, 128, 64, 1, 32, 0, 0, DSA_SCORES_WGMMA_TMA},
+      {NULL, 1, 1, 128, 64, 1, 32, 0, 1, DSA_SCORES_WGMMA_TMA},
+      {NULL, 1, 1, 48, 64, 1, 32, 0, 1, DSA_SCORES_WGMMA_TMA},
+      {NULL, 8, 1, 128, 64, 1, 32, 0, 1, DSA_SCORES_WGMMA_TMA},
+      {NULL, 16, 1, 128, 64, 1, 32, 0, 0, DSA_SCORES_WGMMA_TMA},
+      {NULL, 1, 2, 128, 64, 1, 32, 0, 0, DSA_SCORES_WGMMA_TMA},
       {NULL, 64, 1, 2048, 64, 1, 32, 0, 0, DSA_SCORES_WGMMA_TMA},
       {NULL, 1, 4, 2048, 64, 1, 32, 0, 0, DSA_SCORES_WGMMA_TMA},
       {"indexer:fused", 64, 4, 2048, 64, 1, 64, 0, 1, DSA_SCORES_WGMMA_TMA},

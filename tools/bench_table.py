@@ -5,7 +5,7 @@ second file from `dsa-bench glm --cold --json`, each table gets the cold columns
 Columns: scores = the scores-only call, indexer = the scores + top-k call (decode: one fused kernel
 where the choice table takes it), attention, total = indexer + attention.
 
-    python3 tools/bench_table.py docs/bench/glm-fused-2026-12-01.json [docs/bench/glm-fused-cold-2026-12-01.json]
+    python3 tools/bench_table.py docs/bench/glm-fused-2026-12-02.json [docs/bench/glm-fused-cold-2026-12-02.json]
 """
 
 import json

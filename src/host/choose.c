@@ -147,7 +147,8 @@ void dsa_choose_scores(dsa_scores_params *p) {
 
 /* ---- stages 1 + 2: one fused kernel or two ---------------------------------------------------- */
 
-#define FUSED_MIN_LEN 8192
+#define FUSED_MIN_LEN_1 2048 /* one token a request: rows longer than this */
+#define FUSED_MIN_LEN_2 8192 /* two */
 
 int dsa_choose_indexer(const dsa_scores_params *p) {
   const int forced = override_get()->indexer;
@@ -156,16 +157,22 @@ int dsa_choose_indexer(const dsa_scores_params *p) {
                   (p->kernel == DSA_SCORES_WGMMA_TMA || p->kernel == DSA_SCORES_WGMMA);
   if (!can || forced == DSA_INDEXER_SEPARATE) return DSA_INDEXER_SEPARATE;
   if (forced == DSA_INDEXER_FUSED) return DSA_INDEXER_FUSED;
-  /* FP8-q decode on TMA pages, rows over 8k, at most 4 requests of one or two tokens: fused.
-   * 1 request at 16k / 128k / 1M 20.3 / 22.4 / 60.3 us against 26.0 / 32.8 / 81.0 separate; MTP 2
-   * at 128k / 1M 30.6 / 79.8 against 40.5 / 85.0. It lost at 8k (17.7 against 17.2: the registers
-   * top-k is one short kernel), at B = 64 x 8k (41.7 against 38.4; 64 x 32k 109.6 against 109.1)
-   * and at MTP 4 (128k 51.2 against 40.4: a CTA runs its tokens' selects one after another) */
+  /* FP8-q decode on TMA pages (H200, hot, us, fused against separate; docs/PERF.md):
+   * - one token, up to 8 requests, rows over 2k: 1 request at 3k / 8k / 128k / 1M 14.4 / 14.7 /
+   *   20.3 / 56.5 against 16.2 / 17.2 / 32.8 / 81.0; 4 requests at 8k / 128k 16.8 / 37.8 against
+   *   18.0 / 53.0; 8 requests 17.6 / 57.5 against 19.0 / 71.5. At 64 requests it is level (8k 38.4
+   *   both, 32k 109.4 against 109.1): separate there.
+   * - two tokens (MTP 2), up to 4 requests, rows over 8k: 128k / 1M 26.4 / 71.1 against 40.5 /
+   *   85.0; it lost at 4k / 8k (20.2 / 20.7 against 17.7 / 18.6).
+   * - more tokens: separate (MTP 4 at 128k 43.3 against 40.4: a CTA runs its tokens' selects one
+   *   after another). */
   const int reqs = p->rows.q_len_per_req > 0 ? p->num_tokens / p->rows.q_len_per_req : p->num_tokens;
-  return p->kernel == DSA_SCORES_WGMMA_TMA && p->rows.max_len > FUSED_MIN_LEN &&
-                 p->rows.q_len_per_req <= 2 && reqs <= 4
-             ? DSA_INDEXER_FUSED
-             : DSA_INDEXER_SEPARATE;
+  if (p->kernel != DSA_SCORES_WGMMA_TMA) return DSA_INDEXER_SEPARATE;
+  if (p->rows.q_len_per_req == 1)
+    return p->rows.max_len > FUSED_MIN_LEN_1 && reqs <= 8 ? DSA_INDEXER_FUSED : DSA_INDEXER_SEPARATE;
+  if (p->rows.q_len_per_req == 2)
+    return p->rows.max_len > FUSED_MIN_LEN_2 && reqs <= 4 ? DSA_INDEXER_FUSED : DSA_INDEXER_SEPARATE;
+  return DSA_INDEXER_SEPARATE;
 }
 
 /* ---- stage 2: top-k -------------------------------------------------------------------------- */

@@ -61,6 +61,7 @@ typedef struct {
   int gather[SC_MAX_T];      /* 1: resolved from the candidate list (prefix = b1, shift 21) */
   int ncand[SC_MAX_T];       /* gather: the list's length (b1's count) */
   int warp_above[SC_MAX_T][FZ_WARPS], warp_eq[SC_MAX_T][FZ_WARPS]; /* final: per warp part */
+  int warp_sel[SC_MAX_T][FZ_WARPS]; /* gathered: the part's selected keys of b1 (from the candidates) */
   int scratch[40];
   int red[2][FZ_WARPS];
   int bcast[2];
@@ -304,6 +305,7 @@ static __device__ void fz_select(const dsa_scores_params &p, const dsa_fused_top
     sm->gather[tid] = 0;
     sm->ncand[tid] = 0;
   }
+  for (int i = tid; i < SC_MAX_T * FZ_WARPS; i += FZ_THREADS) (&sm->warp_sel[0][0])[i] = 0;
   __syncthreads();
 
   /* ---- digit passes: pass 1 always (for scored tokens), 2 and 3 for a b1 too full to gather ---- */
@@ -446,8 +448,13 @@ static __device__ void fz_select(const dsa_scores_params &p, const dsa_fused_top
       a_lo += __ldcg(&pairs[2 * c]);
       e_lo += __ldcg(&pairs[2 * c + 1]);
     }
+    /* the keys' warp parts, as in the counts before the barrier */
+    const int n = min(max(L - pos0, 0), ks);
+    const int wlen = (n + FZ_WARPS * 32 - 1) / (FZ_WARPS * 32) * 32;
+    const int wb = min(n, warp * wlen), we = min(n, wb + wlen);
     uint64_t T = 0;
-    if (gather) { /* the candidates: T, and those selected below this CTA's positions */
+    if (gather) { /* the candidates: T, those selected below this CTA's positions, and its own
+                     selected ones by warp part (no walk over the keys to count them) */
       const int nc = min(sm->ncand[ti], DSA_FUSED_CAND);
       const uint64_t *cands = (const uint64_t *)(words + FZ_W_CANDS);
       for (int i = tid; i < nc; i += FZ_THREADS) sm->cand[i] = __ldcg(&cands[i]);
@@ -455,31 +462,22 @@ static __device__ void fz_select(const dsa_scores_params &p, const dsa_fused_top
       T = fz_resolve(sm, nc, need);
       for (int i = tid; i < nc; i += FZ_THREADS) {
         const uint64_t c = sm->cand[i];
-        e_lo += c >= T && (int)~(uint32_t)c < pos0;
+        const int pos = (int)~(uint32_t)c;
+        if (c < T) continue;
+        if (pos < pos0)
+          e_lo++;
+        else if (pos - pos0 < n) /* n > 0, so wlen > 0 */
+          atomicAdd(&sm->warp_sel[ti][(pos - pos0) / wlen], 1);
       }
     }
-    const int2 lo_sums = fz_block_sum2(a_lo, e_lo, sm);
+    const int2 lo_sums = fz_block_sum2(a_lo, e_lo, sm); /* its barriers: warp_sel complete */
     const int offset = lo_sums.x + (gather ? lo_sums.y : min(lo_sums.y, need));
     const int take_eq = max(0, need - lo_sums.y);
-    const int n = min(max(L - pos0, 0), ks);
-    const int wlen = (n + FZ_WARPS * 32 - 1) / (FZ_WARPS * 32) * 32;
-    const int wb = min(n, warp * wlen), we = min(n, wb + wlen);
-    /* warp w's first output (and first equal key): the lower warps' counts; gathered tokens count
-     * their selected candidates in this walk's first round */
+    /* warp w's first output (and first equal key): the lower warps' counts */
     const uint32_t *k = keys + (size_t)ti * ks;
     int sel_base = offset, eq_base = 0;
     if (gather) {
-      int mine = 0;
-      for (int j0 = wb; j0 < we; j0 += 32) {
-        const int j = j0 + lane;
-        const uint32_t key = j < we ? k[j] : 0u;
-        const int c = j < we ? fz_cmp(key, P, s) : -1;
-        mine += c > 0 || (c == 0 && make_comp(key, pos0 + j) >= T);
-      }
-      mine = __reduce_add_sync(0xffffffffu, mine);
-      if (lane == 0) sm->warp_eq[ti][warp] = mine; /* reused: selected in the warp's part */
-      __syncthreads();
-      for (int i = 0; i < warp; ++i) sel_base += sm->warp_eq[ti][i];
+      for (int i = 0; i < warp; ++i) sel_base += sm->warp_above[ti][i] + sm->warp_sel[ti][i];
     } else {
       for (int i = 0; i < warp; ++i) {
         const int ei = sm->warp_eq[ti][i];
