@@ -48,11 +48,13 @@
 
 #define FZ_THREADS 512 /* the scoring kernel's */
 #define FZ_WARPS (FZ_THREADS / 32)
+#define FZ_LO_BITS 10 /* gather: the key's last bits, resolved after its next 11 */
+#define FZ_LO_BINS (1 << FZ_LO_BITS)
 
 /* The select phase's shared memory (laid over the scoring ring, which is free by then). */
 typedef struct {
   uint32_t hist[TK_BINS];        /* 16-byte aligned (fz_find_bin): the first member */
-  uint32_t hist_lo[1024];        /* gather: the key's last 10 bits */
+  uint32_t hist_lo[FZ_LO_BINS];  /* gather: the key's last 10 bits */
   uint64_t cand[DSA_FUSED_CAND]; /* gather: the token's candidates */
   uint32_t prefix[SC_MAX_T]; /* the k-th key's bits found so far (the top 32 - shift) */
   int shift[SC_MAX_T];       /* 32: nothing found yet */
@@ -75,6 +77,7 @@ typedef struct {
 #define FZ_W_COUNT (3 * TK_BINS)
 #define FZ_W_PAIRS (FZ_W_COUNT + 4)
 #define FZ_W_CANDS (FZ_W_PAIRS + 2 * DSA_FUSED_MAX_CTAS)
+static_assert(TK_BINS == 1 << (32 - 11 - FZ_LO_BITS), "first digit 11 bits, then 11, then FZ_LO_BITS");
 static_assert(DSA_FUSED_TOKEN_WORDS == FZ_W_CANDS + 2 * DSA_FUSED_CAND && FZ_W_CANDS % 2 == 0 &&
                   DSA_FUSED_TOKEN_WORDS % 4 == 0, "the token words' layout");
 
@@ -113,6 +116,16 @@ static inline size_t fz_zeroed_bytes(int groups, int tokens) {
   return tokens <= 0 ? (size_t)groups * DSA_FUSED_BAR_BYTES
                      : (((size_t)groups * DSA_FUSED_BAR_BYTES + 255) & ~(size_t)255) +
                            ((size_t)(tokens - 1) * DSA_FUSED_TOKEN_WORDS + FZ_W_PAIRS) * 4;
+}
+
+/* A token's n keys of this CTA cut into FZ_WARPS parts of wlen (a multiple of 32; 0 when n is 0):
+ * warp w's part is [*wb, *we). The counts before barrier B and the walk after it use the same
+ * parts (the gathered tokens' per-part counts carry over). Returns wlen. */
+static __device__ __forceinline__ int fz_warp_part(int n, int warp, int *wb, int *we) {
+  const int wlen = (n + FZ_WARPS * 32 - 1) / (FZ_WARPS * 32) * 32;
+  *wb = min(n, warp * wlen);
+  *we = min(n, *wb + wlen);
+  return wlen;
 }
 
 /* Block-wide sum of two ints (every thread gets both). */
@@ -175,7 +188,7 @@ static __device__ uint64_t fz_resolve_bits(fz_smem *sm, int n, int need, uint64_
 /* fz_resolve's histograms zeroed (every thread; the caller's barrier follows). */
 static __device__ __forceinline__ void fz_zero_resolve_hists(fz_smem *sm) {
   for (int b = threadIdx.x; b < TK_BINS; b += FZ_THREADS) sm->hist[b] = 0u;
-  for (int b = threadIdx.x; b < 1024; b += FZ_THREADS) sm->hist_lo[b] = 0u;
+  for (int b = threadIdx.x; b < FZ_LO_BINS; b += FZ_THREADS) sm->hist_lo[b] = 0u;
 }
 
 /* find_bin (topk/radix.cuh) with its histogram's bins in registers and two block barriers: in NB
@@ -238,31 +251,31 @@ static __device__ __forceinline__ void fz_find_bin(const uint32_t *hist, int nee
 }
 
 /* Gather: the need-th largest of the n candidates in sm->cand (all of whose keys share the top 11
- * bits): the key's next 11 bits, then its last 10, each a shared-memory histogram found by one warp;
+ * bits): the key's next 11 bits, then its last 10, each a shared-memory histogram (fz_find_bin);
  * only a tie at the k-th key that not all of its candidates make (positions decide) takes
  * fz_resolve_bits' passes over the positions. Returns T with selected <=> composite >= T.
  * sm->hist and sm->hist_lo are zero on entry (left dirty). Every thread calls it. */
 static __device__ uint64_t fz_resolve(fz_smem *sm, int n, int need) {
   const uint32_t top = (uint32_t)(sm->cand[0] >> 53); /* the shared top 11 bits (n >= need >= 1) */
   for (int i = threadIdx.x; i < n; i += FZ_THREADS)
-    atomicAdd(&sm->hist[(uint32_t)(sm->cand[i] >> 42) & (TK_BINS - 1)], 1u);
+    atomicAdd(&sm->hist[(uint32_t)(sm->cand[i] >> (32 + FZ_LO_BITS)) & (TK_BINS - 1)], 1u);
   __syncthreads();
   fz_find_bin<TK_BINS, false>(sm->hist, need, sm, sm->found[0]);
   const uint32_t mid = (uint32_t)sm->found[0][0];
   int in_bin = sm->found[0][2];
   need -= sm->found[0][1];
   const uint32_t key22 = top << 11 | mid;
-  if (in_bin == need) return (uint64_t)(key22 << 10) << 32; /* the whole bin */
+  if (in_bin == need) return (uint64_t)(key22 << FZ_LO_BITS) << 32; /* the whole bin */
   for (int i = threadIdx.x; i < n; i += FZ_THREADS) {
     const uint32_t key = (uint32_t)(sm->cand[i] >> 32);
-    if ((key >> 10) == key22) atomicAdd(&sm->hist_lo[key & 1023u], 1u);
+    if ((key >> FZ_LO_BITS) == key22) atomicAdd(&sm->hist_lo[key & (FZ_LO_BINS - 1u)], 1u);
   }
   __syncthreads();
-  fz_find_bin<1024, false>(sm->hist_lo, need, sm, sm->found[1]);
+  fz_find_bin<FZ_LO_BINS, false>(sm->hist_lo, need, sm, sm->found[1]);
   const uint32_t low = (uint32_t)sm->found[1][0];
   in_bin = sm->found[1][2];
   need -= sm->found[1][1];
-  const uint64_t T = (uint64_t)(key22 << 10 | low) << 32; /* the k-th key, lowest position part */
+  const uint64_t T = (uint64_t)(key22 << FZ_LO_BITS | low) << 32; /* the k-th key, lowest position part */
   if (in_bin == need) return T; /* every candidate with the k-th key */
   return fz_resolve_bits(sm, n, need, T, 32); /* the k-th key's candidates by position */
 }
@@ -372,8 +385,8 @@ static __device__ void fz_select(const dsa_scores_params &p, const dsa_fused_top
     uint32_t *words = fz_token_words(f, t0 + ti);
     uint64_t *cands = (uint64_t *)(words + FZ_W_CANDS);
     const uint32_t *k = keys + (size_t)ti * ks;
-    const int wlen = (n + FZ_WARPS * 32 - 1) / (FZ_WARPS * 32) * 32;
-    const int wb = min(n, warp * wlen), we = min(n, wb + wlen);
+    int wb, we;
+    (void)fz_warp_part(n, warp, &wb, &we);
     /* gathered: one L2 atomic a CTA reserves its keys' place in the list (an atomic a warp step —
      * 33k on one address at 1M — cost more than the rest of the select); their count is the
      * epilogue's count of b1 (P, shift 21), so it is issued before the counting below, under which
@@ -450,8 +463,8 @@ static __device__ void fz_select(const dsa_scores_params &p, const dsa_fused_top
     }
     /* the keys' warp parts, as in the counts before the barrier */
     const int n = min(max(L - pos0, 0), ks);
-    const int wlen = (n + FZ_WARPS * 32 - 1) / (FZ_WARPS * 32) * 32;
-    const int wb = min(n, warp * wlen), we = min(n, wb + wlen);
+    int wb, we;
+    const int wlen = fz_warp_part(n, warp, &wb, &we);
     uint64_t T = 0;
     if (gather) { /* the candidates: T, those selected below this CTA's positions, and its own
                      selected ones by warp part (no walk over the keys to count them) */
