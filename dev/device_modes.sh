@@ -11,6 +11,12 @@
 #              should change
 #   scores     dsa-bench glm --check at 8k / 128k / 1M with each scorer forced and the choice; the
 #              QGMMA / UTMALDG counts of libdsa
+#   prefill    the fused prefill indexer: test_gpu_indexer with the library's choice, and it, _api and
+#              _garbage with indexer:fused; memcheck and racecheck over fused cases; dsa-bench glm
+#              --only prefill --check at 8k / 128k / 1M, fused and separate, and the 4096-token chunk
+#              at 128k and 1M (the library's choice, and 128k separate); one table of scores / indexer
+#              ms and the indexer's workspace.
+#              PREFILL_STEPS picks some of "tests sanitize bench chunk" (default all)
 #   compare    builds side by side, carried to the machine: DSA_COMPARE="label=dir[:DSA_KERNEL value]
 #              ..."; per entry the indexer, top-k and attention test programs and dsa-bench glm
 #              (extra args, default --sizes 8k,128k,1M) --check; one table of scores / top-k ms
@@ -22,7 +28,13 @@ shift || true
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
 
 B=${DSA_BUILD_DIR:-build}
-if [ "$mode" != compare ] && [ ! -x "$B/dev/dsa-dev-sm90-microbench" ]; then
+if [ "$mode" = prefill ] && [ ! -x "$B/test_gpu_indexer" ]; then
+  B=build-dev
+  echo "building in $B"
+  { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSA_BUILD_DEV=OFF -DDSA_BUILD_EXAMPLES=OFF &&
+    cmake --build "$B" -j --target test_gpu_indexer test_gpu_api test_gpu_garbage dsa-bench; } \
+    >"$OUT/cmake.log" 2>&1 || { tail -n 30 "$OUT/cmake.log"; exit 1; }
+elif [ "$mode" != compare ] && [ "$mode" != prefill ] && [ ! -x "$B/dev/dsa-dev-sm90-microbench" ]; then
   B=build-dev
   echo "building in $B"
   { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSA_BUILD_DEV=ON && cmake --build "$B" -j; } \
@@ -79,6 +91,51 @@ scores)
     files+=("$OUT/scores-$k.json")
   done
   glm_table "${files[@]}"
+  ;;
+prefill)
+  steps=" ${PREFILL_STEPS:-tests sanitize bench chunk} "
+  [[ $steps == *" tests "* ]] && for run in "test_gpu_indexer|" "test_gpu_indexer|indexer:fused" "test_gpu_api|indexer:fused" \
+    "test_gpu_garbage|indexer:fused"; do
+    prog=${run%%|*}; k=${run#*|}; label=$prog${k:+-${k//:/-}}
+    envk=(); [ -n "$k" ] && envk=(DSA_KERNEL="$k")
+    env "${envk[@]}" timeout 240 "$B/$prog" >"$OUT/$label.log" 2>&1 || rc=1
+    echo "$label: $(grep -E 'passed' "$OUT/$label.log" | tail -1)"
+    grep -E "^FAIL" "$OUT/$label.log" | head -5
+  done
+  if [[ $steps == *" sanitize "* ]]; then
+    for tc in "memcheck|fused: four" "memcheck|fused: small" "racecheck|fused: small"; do
+      tool=${tc%%|*}; only=${tc#*|}
+      DSA_KERNEL=indexer:fused DSA_TEST_ONLY="$only" timeout 240 compute-sanitizer --tool $tool --error-exitcode 3 \
+        "$B/test_gpu_indexer" >"$OUT/$tool-${only//[: ]/_}.log" 2>&1 || rc=1
+      echo "$tool ($only): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|passed' "$OUT/$tool-${only//[: ]/_}.log" | tr '\n' ' ')"
+    done
+  fi
+  files=()
+  [[ $steps == *" bench "* ]] && for run in "fused|indexer:fused" "separate|indexer:separate"; do
+    label=${run%%|*}; k=${run#*|}
+    envk=(); [ -n "$k" ] && envk=(DSA_KERNEL="$k")
+    env "${envk[@]}" timeout 200 "$B/dsa-bench" glm --only prefill --sizes 8k,128k,1M --check \
+      --json "$OUT/prefill-$label.json" "$@" >"$OUT/prefill-$label.log" 2>&1 || rc=1
+    files+=("$OUT/prefill-$label.json")
+  done
+  [[ $steps == *" chunk "* ]] && for run in "default-p4096|" "separate-p4096|indexer:separate"; do
+    label=${run%%|*}; k=${run#*|}
+    envk=(); [ -n "$k" ] && envk=(DSA_KERNEL="$k")
+    sizes=128k; [ "$label" = default-p4096 ] && sizes=128k,1M
+    env "${envk[@]}" timeout 200 "$B/dsa-bench" glm --only prefill --prefill-tokens 4096 --sizes $sizes --iters 5 \
+      --warmup 1 --json "$OUT/prefill-$label.json" >"$OUT/prefill-$label.log" 2>&1 || rc=1
+    files+=("$OUT/prefill-$label.json")
+  done
+  python3 - "${files[@]}" <<'PY'
+import json, os, sys
+print("%-16s %6s %8s %10s %10s %9s %s" % ("run", "tokens", "S", "scores_ms", "indexer_ms", "ws_MiB", "check"))
+for f in sys.argv[1:]:
+    try: rows = json.load(open(f))["rows"]
+    except Exception as e: print(os.path.basename(f), "no record:", e); continue
+    for r in rows:
+        print("%-16s %6d %8d %10.4f %10.4f %9.1f %s" % (os.path.basename(f)[8:-5], r["tokens"], r["S"], r["scores_ms"] or 0,
+              r["indexer_ms"] or 0, (r.get("indexer_workspace_bytes") or 0) / 2**20, r["check"]))
+PY
   ;;
 compare)
   bench_args=("$@")

@@ -101,6 +101,7 @@ __global__ void __launch_bounds__(WP_THREADS, NC <= 64 ? 2 : 1)
   const bool qscale_nonneg = grp->any_negative_qscale == 0;
 
   const uint32_t q_addr = ptx_smem_u32(q_tile);
+  wt_out_ctx none = {};
   for (int tile = tile_begin; tile < tile_end; tile++) {
     const int it = tile - tile_begin;
     const int x0 = tile * WP_TILE + wg * WT_WG_KEYS;
@@ -119,7 +120,7 @@ __global__ void __launch_bounds__(WP_THREADS, NC <= 64 ? 2 : 1)
     /* nothing to do when no token of the group sees one of these 64 keys (warpgroup-uniform) */
     if (!wt_any_visible(grp, nt, x0)) continue;
     wt_tile_scores<HP, NC>(p, grp, WP_WG_STAGE_PTR(it), q_addr, wq_smem, w_smem, qsc_smem, chunks, nt, t0, x0,
-                           qscale_nonneg, wi, lane);
+                           qscale_nonneg, wi, lane, none);
   }
 #undef WP_WG_STAGE_PTR
   sc_fill_tail(p, grp, nt, t0, range_lo, range_hi);

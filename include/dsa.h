@@ -206,6 +206,16 @@ DSA_API dsa_status dsa_indexer_decode_scores(const dsa_indexer_decode_scores_arg
  * Workspace: as decode, a token at a time (one token's rows: max_len * 4 bytes + ~144 KiB). 4096
  * tokens against 1M rows: 265 MiB by default; 62 MiB with workspace_limit = 64 MiB (groups of 128
  * tokens scored 11 at a time), at the cost decode states.
+ * FP8 q with rows over topk may run the fused prefill indexer instead (by default under a
+ * workspace_limit below the plan above, at rows of 1M or more; DSA_KERNEL=indexer:fused anywhere):
+ * per token 12 bytes + cap * 8 bytes of candidates + (max_len > cap ? S * 4 bytes of sample : 0),
+ *   cap = max_len rounded up to 64 when max_len <= C, else C = max(24 * topk, 16 * (topk rounded up
+ *         to 64 + 128)), rounded up to 64 (49,152 at topk 2048);
+ *   S   = 64 * (ceil(max_len / 1024) + 2);
+ * for chunks of as many tokens as fit 64 MiB (or workspace_limit; at least one), multiples of 16
+ * below the call's token count: 4096 tokens x 1M rows at topk 2048 in 60 MiB (96-token chunks of
+ * 640 KiB a token), x 128k in 58.6 MiB. A token whose candidates overflow (an adversarial order of
+ * scores) is rescored exactly with one CTA: slow, not wrong.
  */
 typedef struct {
   dsa_indexer_query query;

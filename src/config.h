@@ -53,6 +53,20 @@
 #define DSA_FUSED_CTL_BYTES(tokens, groups) \
   ((((size_t)(groups) * DSA_FUSED_BAR_BYTES + 255) & ~(size_t)255) + (size_t)(tokens) * DSA_FUSED_TOKEN_WORDS * 4)
 
+/* ---- the fused prefill indexer (indexer/prefill_select.cu): scores never stored whole ---- */
+/* One 64-key tile in DSA_PREFILL_SAMPLE_STRIDE (a power of two) is scored first; the k-th largest of
+ * those scores bounds the k-th of the row from below, so the full scoring keeps only keys at or above
+ * it: about stride x topk candidates a token, whatever the row's length. */
+#define DSA_PREFILL_SAMPLE_STRIDE 16
+#define DSA_PREFILL_SAMPLE_SHIFT 10 /* log2(64 x DSA_PREFILL_SAMPLE_STRIDE): key coordinate -> sample tile */
+/* What a token keeps (host/plan.c, dsa_plan_prefill_fused): 1.5 x stride x topk candidates, and at
+ * least enough that a longer row always has topk scores in its sample; rows no longer than that keep
+ * every key (no sample). A token with more candidates (an adversarial order of scores) is resolved
+ * exactly by a slow rescoring pass. The default plan's workspace (tokens a launch chosen to fit; at
+ * least one token): */
+#define DSA_PREFILL_FUSED_BUDGET ((size_t)64 << 20)
+#define DSA_PREFILL_FUSED_MAX_CHUNK 32752 /* tokens a launch at most: a multiple of 16 within DSA_SCORE_TOKENS_PER_LAUNCH */
+
 /* ---- sparse MLA attention (attention/) ---- */
 #define MLA_BLOCK_N 64          /* index entries per chunk (and per split block) */
 /* Clusters of 4 or 8 big CTAs do not all fit at once: a wave of them holds about half the SMs

@@ -25,7 +25,8 @@ extern "C" {
 /* ---- the kernels each stage's choice table picks from (host/choose.c; DSA_KERNEL names them) ---- */
 typedef enum {
   DSA_INDEXER_SEPARATE = 1, /* the scorer (dsa_scores_kernel) writes scores, then the top-k kernel */
-  DSA_INDEXER_FUSED = 2     /* indexer/scores_wgmma.cu: decode scores and top-k in one kernel */
+  DSA_INDEXER_FUSED = 2     /* decode: scores and top-k in one kernel (indexer/scores_wgmma.cu); prefill:
+                               sampled threshold, filtered scores, exact select (indexer/prefill_select.cu) */
 } dsa_indexer_kernel;
 typedef enum {
   DSA_SCORES_MMA = 1,       /* indexer/scores_mma.cu: mma.sync, keys as M, cp.async per warp */
@@ -106,6 +107,23 @@ typedef struct {
 #define DSA_FUSED_DECLINED (-2)
 int dsa_indexer_fused_launch(const dsa_scores_params *p, const dsa_fused_topk *f, cudaStream_t stream);
 
+/* ---- indexer/: the fused prefill indexer (prefill_select.cu), one launch's tokens ---- */
+typedef struct {
+  int topk;
+  int32_t *out;              /* row of launch-token i at out + i * topk */
+  int32_t *out_lens;         /* may be NULL; indexed like out */
+  unsigned long long *tau;   /* [num_tokens] (workspace) */
+  uint32_t *count;           /* [num_tokens] (workspace) */
+  unsigned long long *cand;  /* [num_tokens][cap] (workspace) */
+  int cap;                   /* dsa_prefill_fused_plan.cap */
+  float *sample;             /* [num_tokens][sample_len] (workspace); NULL when sample_len is 0 */
+  int64_t sample_len;
+} dsa_prefill_select;
+/* p as for dsa_scores_launch (prefill, FP8 q, the wgmma scorer, skip_len = topk, no fill_tail; p->scores
+ * unused), s the launch's outputs and state (dsa_plan_prefill_fused's layout): the sample scores, the
+ * thresholds, the filtered scoring and the exact select, in four launches. */
+int dsa_indexer_prefill_fused_launch(const dsa_scores_params *p, const dsa_prefill_select *s, cudaStream_t stream);
+
 /* ---- topk/ ---- */
 typedef struct {
   const float *scores;     /* row of launch-token i at scores + i * scores_stride */
@@ -159,6 +177,11 @@ int dsa_scores_wgmma_launch(const dsa_scores_params *p, cudaStream_t stream);
  * tensor map, so that the dispatch runs p->fallback. */
 #define DSA_SCORES_NO_TENSOR_MAP (-1)
 int dsa_scores_wgmma_tma_launch(const dsa_scores_params *p, cudaStream_t stream);
+/* The fused prefill indexer's two scoring passes on the FP8 wgmma scorer (scores_wgmma.cu): the
+ * sample tiles' scores into s->sample, then every key at or above its token's threshold into the
+ * token's candidate list (prefill_select.cu runs them). */
+int dsa_scores_wgmma_sample_launch(const dsa_scores_params *p, const dsa_prefill_select *s, cudaStream_t stream);
+int dsa_scores_wgmma_filter_launch(const dsa_scores_params *p, const dsa_prefill_select *s, cudaStream_t stream);
 int dsa_topk_registers_launch(const dsa_topk_params *p, cudaStream_t stream);
 int dsa_topk_slices_launch(const dsa_topk_params *p, int cluster, cudaStream_t stream);
 int dsa_topk_chain_launch(const dsa_topk_params *p, void *workspace, cudaStream_t stream);

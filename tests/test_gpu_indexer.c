@@ -231,6 +231,25 @@ static void prefill_case_run(const void *arg) {
                wsb, worst);
     chk_end();
   }
+
+  if (c->check_determinism) { /* the last run (global slots) again, over other workspace garbage */
+    chk_begin("%s: determinism (second run, different workspace garbage)", c->name);
+    int32_t *idx2 = hmalloc(ni * 4), *len2 = hmalloc((size_t)imax(T, 1) * 4);
+    dset(ws, WS_BYTE_FIRST, wsb);
+    dfill_i32(idx_d, ni, POISON_I32);
+    dfill_i32(len_d, (size_t)imax(T, 1), POISON_I32);
+    DSA(dsa_indexer_prefill(&a, ws, wsb, g_stream));
+    dget(idx2, idx_d, ni * 4);
+    dget(len2, len_d, (size_t)imax(T, 1) * 4);
+    for (size_t i = 0; i < ni; i++)
+      if (idx2[i] != idx_h[i]) {
+        chk_fail("topk_indices[%zu] = %d on the second run, %d on the first", i, idx2[i], idx_h[i]);
+        break;
+      }
+    if (memcmp(len2, len_h, (size_t)T * 4)) chk_fail("topk_lens differ between two runs");
+    chk_metric("%zu indices identical", ni);
+    chk_end();
+  }
 }
 
 /* ============================================================================================== */
@@ -319,6 +338,34 @@ static const prefill_case k_prefill_cases[] = {
     {.name = "indexer prefill H8 bf16-q bf16-w topk100 chunk of 64 tokens, exact max_rows", .H = 8, .w_bf16 = 1,
      .topk = 100, .W = 1600, .n_causal = 64, .causal_end = 1500, .n_extra = 2, .xs = {10, 1550},
      .xe = {110, 1650}, .n_bad = 2, .bad_rows = {20, 700}, .exact_max_rows = 1, .seed = 203},
+    /* The fused prefill indexer (FP8 q; the cases above with FP8 q run it too: rows up to its
+     * candidate capacity keep every key, longer ones — 140k, 50k — are sampled). Every key identical
+     * (the sample's k-th by position: equal scores kept lowest position first across CTAs and
+     * lists), four distinct keys, sample tiles near zero (the threshold passes about half of a 140k
+     * row, the list overflows: the select step rescores those tokens exactly), 64 index heads with
+     * lengths just above topk and around the 1,024-key sample tiles. */
+    {.name = "indexer prefill H32 fp8-q f32-w topk2048 fused: every key identical, long rows", .H = 32, .q_fp8 = 1,
+     .topk = 2048, .W = 140000, .n_causal = 3, .causal_end = 140000, .n_extra = 2, .xs = {1000, 7},
+     .xe = {61000, 2056}, .n_bad = 2, .bad_rows = {50, 99999}, .keys = 1, .check_determinism = 1, .seed = 208},
+    {.name = "indexer prefill H32 fp8-q bf16-w topk2048 fused: four distinct keys", .H = 32, .q_fp8 = 1, .w_bf16 = 1,
+     .topk = 2048, .W = 60000, .n_causal = 17, .causal_end = 60000, .n_extra = 1, .xs = {3000}, .xe = {59000},
+     .keys = 2, .check_determinism = 1, .seed = 209},
+    {.name = "indexer prefill H32 fp8-q f32-w topk2048 fused: sample tiles near zero (list overflow, rescored)",
+     .H = 32, .q_fp8 = 1, .topk = 2048, .W = 140000, .n_causal = 2, .causal_end = 140000, .n_extra = 2,
+     .xs = {0, 500}, .xe = {40000, 3000}, .n_bad = 1, .bad_rows = {77777}, .keys = 3, .check_determinism = 1,
+     .seed = 210},
+    {.name = "indexer prefill H64 fp8-q f32-w topk2048 fused: lengths around topk and sample tiles", .H = 64,
+     .q_fp8 = 1, .topk = 2048, .W = 70000, .n_causal = 9, .causal_end = 70000, .n_extra = 9,
+     .xs = {0, 0, 0, 1023, 1024, 5, 50001, 64, 0}, .xe = {2049, 2048, 2047, 52224, 52225, 49157, 70000, 49216, 49153},
+     .n_bad = 2, .bad_rows = {1024, 51200}, .check_determinism = 1, .seed = 211},
+    /* small rows sampled (topk 100 keeps 4,096 candidates: rows past that are sampled), for racecheck */
+    {.name = "indexer prefill H32 fp8-q f32-w topk100 fused: small sampled rows", .H = 32, .q_fp8 = 1, .topk = 100,
+     .W = 12000, .n_causal = 20, .causal_end = 12000, .n_extra = 2, .xs = {0, 6000}, .xe = {4097, 6101}, .n_bad = 1,
+     .bad_rows = {5000}, .check_determinism = 1, .seed = 213},
+    /* fused with a 3 MiB workspace: chunks of 13 tokens (~227 KiB each) cross the scorer's 16-token groups */
+    {.name = "indexer prefill H32 fp8-q f32-w topk1024 fused: 3 MiB workspace, chunks across token groups", .H = 32,
+     .q_fp8 = 1, .topk = 1024, .W = 120000, .n_causal = 20, .causal_end = 120000, .n_extra = 1, .xs = {90000},
+     .xe = {92000}, .ws_cap_mib = 3, .check_determinism = 1, .seed = 212},
 };
 
 int main(void) {

@@ -170,24 +170,35 @@ static void test_indexer_workspace_cap(void) {
     indexer_workspace_cap(lim ? (size_t)64 << 20 : 0);
 }
 
+/* A prefill call of `tokens` tokens against `rows` workspace rows (max_rows = rows when given), topk
+ * 2048, on fake pointers. */
+static dsa_indexer_prefill_args prefill_call(int tokens, int rows, int max_rows, int fp8, size_t limit) {
+  dsa_indexer_prefill_args a;
+  memset(&a, 0, sizeof a);
+  a.query = query();
+  if (fp8) {
+    a.query.q_dtype = DSA_DTYPE_FP8_E4M3;
+    a.query.q_scale = FAKE(0x900000000ull);
+  }
+  a.cache = cache();
+  a.kv_workspace_slots = FAKE(0x400000000ull);
+  a.num_workspace_rows = rows;
+  a.max_rows = max_rows;
+  a.row_starts = FAKE(0x500000000ull);
+  a.row_ends = FAKE(0x600000000ull);
+  a.num_tokens = tokens;
+  a.topk = 2048;
+  a.topk_indices = FAKE(0x700000000ull);
+  a.workspace_limit = limit;
+  return a;
+}
+
 static void indexer_workspace_cap(size_t limit) {
   const size_t cap = limit ? limit : (size_t)(256 + 40) << 20; /* scores + 256 tokens' ~144 KiB */
   g_dsa_stub.launch_budget = 0;
   const int prefill_rows[] = {1 << 20, 131072, 40960, 40961};
   for (int i = 0; i < 4; ++i) {
-    dsa_indexer_prefill_args a;
-    memset(&a, 0, sizeof a);
-    a.query = query();
-    a.cache = cache();
-    a.kv_workspace_slots = FAKE(0x400000000ull);
-    a.num_workspace_rows = prefill_rows[i] + 4096;
-    a.max_rows = prefill_rows[i];
-    a.row_starts = FAKE(0x500000000ull);
-    a.row_ends = FAKE(0x600000000ull);
-    a.num_tokens = 4096;
-    a.topk = 2048;
-    a.topk_indices = FAKE(0x700000000ull);
-    a.workspace_limit = limit;
+    dsa_indexer_prefill_args a = prefill_call(4096, prefill_rows[i] + 4096, prefill_rows[i], 0, limit);
     size_t bytes = 0;
     dsa_status st = dsa_indexer_prefill_workspace_size(&a, &bytes);
     check(st == DSA_OK && bytes <= cap,
@@ -200,6 +211,47 @@ static void indexer_workspace_cap(size_t limit) {
     check(g_dsa_stub.topk_tokens == 4096 && g_dsa_stub.scores_tokens == 4096,
           "prefill 4096 tokens: every token scored and selected once", "selected %lld, scored %lld",
           g_dsa_stub.topk_tokens, g_dsa_stub.scores_tokens);
+  }
+  /* FP8 q, forced onto the fused prefill indexer: within 64 MiB by default (DSA_PREFILL_FUSED_BUDGET)
+   * and within the limit, rows long (sampled) or not; by the table: fused only under a limit its
+   * separate plan passes, at 1M */
+  const int fused_rows[] = {1 << 20, 131072, 40000, 3000};
+  for (int i = 0; i < 4; ++i) {
+    const dsa_indexer_prefill_args a = prefill_call(4096, fused_rows[i] + 4096, fused_rows[i], 1, limit);
+    for (int forced = 0; forced < 2; ++forced) {
+      dsa_choose_override(forced ? "indexer:fused" : NULL);
+      size_t bytes = 0;
+      dsa_status st = dsa_indexer_prefill_workspace_size(&a, &bytes);
+      check(st == DSA_OK && bytes <= (forced ? (size_t)64 << 20 : cap),
+            forced ? (limit ? "fused prefill 4096 tokens, 64 MiB limit: workspace within it"
+                            : "fused prefill 4096 tokens: default workspace <= 64 MiB")
+                   : (limit ? "FP8 prefill 4096 tokens, 64 MiB limit: workspace within it"
+                            : "FP8 prefill 4096 tokens: workspace <= 296 MiB"),
+            "rows %lld: %lld bytes", fused_rows[i], (long long)bytes);
+      dsa_stub_begin_call(FAKE(0x100000000000ull), bytes);
+      st = dsa_indexer_prefill(&a, FAKE(0x100000000000ull), bytes, 0);
+      const int want_fused = forced || (limit && fused_rows[i] >= (1 << 20));
+      check(st == DSA_OK && g_dsa_stub.violations == 0 &&
+                (want_fused ? g_dsa_stub.fused_launches == g_dsa_stub.launches : g_dsa_stub.fused_launches == 0) &&
+                g_dsa_stub.topk_tokens == 4096 && g_dsa_stub.scores_tokens == 4096,
+            forced ? "fused prefill 4096 tokens: every token scored and selected once within the workspace"
+                   : "FP8 prefill 4096 tokens: fused only under a limit at 1M; every token scored and selected once",
+            "rows %lld: status / selected %lld", fused_rows[i], st ? -(long long)st : g_dsa_stub.topk_tokens);
+    }
+    dsa_choose_override(NULL);
+  }
+  /* a small limit: chunks of fewer tokens (one at least), each within it */
+  {
+    /* 3 MiB: below the separate plan's 148 MiB, at 1M: fused */
+    const dsa_indexer_prefill_args a = prefill_call(37, 1 << 20, 0, 1, (size_t)3 << 20);
+    size_t bytes = 0;
+    dsa_status st = dsa_indexer_prefill_workspace_size(&a, &bytes);
+    dsa_stub_begin_call(FAKE(0x100000000000ull), bytes);
+    st = st ? st : dsa_indexer_prefill(&a, FAKE(0x100000000000ull), bytes, 0);
+    check(st == DSA_OK && bytes <= a.workspace_limit && g_dsa_stub.violations == 0 && g_dsa_stub.launches > 1 &&
+              g_dsa_stub.topk_tokens == 37,
+          "fused prefill 37 tokens at 1M, 3 MiB limit: chunks within it", "%lld bytes, %lld launches",
+          (long long)bytes, g_dsa_stub.launches);
   }
   const int mtp[] = {1, 8, 3};
   for (int i = 0; i < 3; ++i) {
@@ -500,33 +552,25 @@ static void test_indexer_kernel_choice(void) {
               g_dsa_stub.topk_kernel == cases[i].topk && g_dsa_stub.topk_cluster == cases[i].cluster,
           name, "status %lld, scorer %lld", st, g_dsa_stub.scores_kernel);
   }
-  /* prefill: wgmma for both q types */
-  for (int fp8 = 0; fp8 < 2; ++fp8) {
-    dsa_choose_override(NULL);
-    dsa_indexer_prefill_args a;
-    memset(&a, 0, sizeof a);
-    a.query = query();
-    if (fp8) {
-      a.query.q_dtype = DSA_DTYPE_FP8_E4M3;
-      a.query.q_scale = FAKE(0x900000000ull);
-    }
-    a.cache = cache();
-    a.kv_workspace_slots = FAKE(0x400000000ull);
-    a.num_workspace_rows = 20000;
-    a.row_starts = FAKE(0x500000000ull);
-    a.row_ends = FAKE(0x600000000ull);
-    a.num_tokens = 64;
-    a.topk = 2048;
-    a.topk_indices = FAKE(0x700000000ull);
+  /* prefill: wgmma for both q types; the separate workspace fits 64 MiB: the scorer and slices in
+   * clusters of 2, also for FP8 q; forced, FP8 q runs the fused prefill indexer (no top-k launch) */
+  for (int mode = 0; mode < 3; ++mode) {
+    const int fp8 = mode > 0;
+    dsa_choose_override(mode == 1 ? "indexer:fused" : NULL);
+    const dsa_indexer_prefill_args a = prefill_call(64, 20000, 0, fp8, 0);
     size_t bytes = 0;
     dsa_indexer_prefill_workspace_size(&a, &bytes);
     dsa_stub_begin_call(FAKE(0x100000000000ull), bytes);
     const dsa_status st = dsa_indexer_prefill(&a, FAKE(0x100000000000ull), bytes, 0);
-    check(st == DSA_OK && g_dsa_stub.scores_kernel == DSA_SCORES_WGMMA && g_dsa_stub.topk_kernel == DSA_TOPK_SLICES &&
-              g_dsa_stub.topk_cluster == 2,
-          fp8 ? "prefill 64 tokens x 20k rows, FP8 q: wgmma, slices in clusters of 2"
-              : "prefill 64 tokens x 20k rows, bf16 q: wgmma, slices in clusters of 2",
-          "status %lld, scorer %lld", st, g_dsa_stub.scores_kernel);
+    const int fused = mode == 1;
+    check(st == DSA_OK && g_dsa_stub.violations == 0 && g_dsa_stub.scores_kernel == DSA_SCORES_WGMMA &&
+              (fused ? g_dsa_stub.fused_launches == 1 && g_dsa_stub.launches == 1 && g_dsa_stub.topk_tokens == 64
+                     : g_dsa_stub.fused_launches == 0 && g_dsa_stub.topk_kernel == DSA_TOPK_SLICES &&
+                           g_dsa_stub.topk_cluster == 2),
+          mode == 0   ? "prefill 64 tokens x 20k rows, bf16 q: wgmma, slices in clusters of 2"
+          : mode == 1 ? "prefill 64 tokens x 20k rows, FP8 q, indexer:fused: the fused prefill indexer on wgmma"
+                      : "prefill 64 tokens x 20k rows, FP8 q: wgmma, slices in clusters of 2",
+          "status %lld, fused launches %lld", st, g_dsa_stub.fused_launches);
   }
   dsa_choose_override(NULL);
 }

@@ -14,6 +14,11 @@ static __device__ __forceinline__ uint32_t score_key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+/* A float with that key (the inverse of score_key for every key but NaN's, 0). */
+static __device__ __forceinline__ float score_of_key(uint32_t key) {
+  return __uint_as_float((key & 0x80000000u) ? key & 0x7fffffffu : ~key);
+}
+
 static __device__ __forceinline__ uint64_t make_comp(uint32_t key, int pos) {
   return ((uint64_t)key << 32) | (uint32_t)~(uint32_t)pos;
 }

@@ -218,6 +218,42 @@ static dsa_status run_indexer(const char *fn, const dsa_indexer_query *q, const 
   return DSA_OK;
 }
 
+/* Prefill on the fused indexer (indexer/prefill_select.cu) where the choice table takes it: a chunk
+ * of plan->chunk tokens a launch, each launch's state in the workspace dsa_plan_prefill_fused lays
+ * out (the same region every chunk: the launches of one stream follow each other). */
+static int prefill_fused(const dsa_indexer_prefill_args *a, dsa_rows rows, int max_len) {
+  if (a->num_tokens <= 0 || max_len <= a->topk) return 0;
+  dsa_scores_params sp = scores_params(&a->query, &a->cache, rows, 0, a->num_tokens, 0, a->topk, NULL, 0);
+  const size_t separate = dsa_plan_indexer(a->num_tokens, max_len, a->topk, 1, 0, 0).total;
+  return dsa_choose_prefill_indexer(&sp, separate, a->workspace_limit) == DSA_INDEXER_FUSED;
+}
+
+static dsa_status run_prefill_fused(const char *fn, const dsa_indexer_prefill_args *a, dsa_rows rows,
+                                    const dsa_prefill_fused_plan *plan, void *ws, size_t ws_bytes,
+                                    cudaStream_t stream) {
+  CHECK(check_workspace(fn, ws, ws_bytes, plan->total));
+  int sms = 0;
+  CHECK(dsa_need_device(fn, &sms));
+  char *w = (char *)ws;
+  for (int64_t t0 = 0; t0 < a->num_tokens; t0 += plan->chunk) {
+    const int n = (int)(a->num_tokens - t0 < plan->chunk ? a->num_tokens - t0 : plan->chunk);
+    dsa_scores_params sp = scores_params(&a->query, &a->cache, rows, (int)t0, n, sms, a->topk, NULL, 0);
+    dsa_prefill_select sel;
+    memset(&sel, 0, sizeof sel);
+    sel.topk = a->topk;
+    sel.out = a->topk_indices + (size_t)t0 * a->topk;
+    sel.out_lens = a->topk_lens ? a->topk_lens + t0 : NULL;
+    sel.tau = (unsigned long long *)(w + plan->tau_off);
+    sel.count = (uint32_t *)(w + plan->count_off);
+    sel.cand = (unsigned long long *)(w + plan->cand_off);
+    sel.cap = plan->cap;
+    sel.sample = plan->sample_len > 0 ? (float *)(w + plan->sample_off) : NULL;
+    sel.sample_len = plan->sample_len;
+    CHECK(dsa_cuda_status(fn, dsa_indexer_prefill_fused_launch(&sp, &sel, stream)));
+  }
+  return DSA_OK;
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 /* Indexer: public entry points                                                                   */
 
@@ -250,7 +286,12 @@ dsa_status dsa_indexer_prefill_workspace_size(const dsa_indexer_prefill_args *a,
   int max_len = 0;
   if (!bytes) return dsa_fail(DSA_ERR_NULL_POINTER, "%s: bytes is NULL", fn);
   CHECK(check_prefill(fn, a, 0, 0, &max_len));
-  *bytes = a->num_tokens ? dsa_plan_indexer(a->num_tokens, max_len, a->topk, 1, 0, a->workspace_limit).total : 0;
+  dsa_rows rows;
+  rows_from_prefill(&rows, a, max_len);
+  *bytes = !a->num_tokens ? 0
+           : prefill_fused(a, rows, max_len)
+               ? dsa_plan_prefill_fused(a->num_tokens, max_len, a->topk, a->workspace_limit).total
+               : dsa_plan_indexer(a->num_tokens, max_len, a->topk, 1, 0, a->workspace_limit).total;
   return DSA_OK;
 }
 
@@ -260,9 +301,14 @@ dsa_status dsa_indexer_prefill(const dsa_indexer_prefill_args *a, void *ws, size
   int max_len = 0;
   CHECK(check_prefill(fn, a, 1, 1, &max_len));
   if (a->num_tokens == 0) return DSA_OK;
-  const dsa_indexer_plan plan = dsa_plan_indexer(a->num_tokens, max_len, a->topk, 1, 0, a->workspace_limit);
   dsa_rows rows;
   rows_from_prefill(&rows, a, max_len);
+  if (prefill_fused(a, rows, max_len)) {
+    CHECK(dsa_choose_ready(fn));
+    const dsa_prefill_fused_plan plan = dsa_plan_prefill_fused(a->num_tokens, max_len, a->topk, a->workspace_limit);
+    return run_prefill_fused(fn, a, rows, &plan, ws, ws_bytes, stream);
+  }
+  const dsa_indexer_plan plan = dsa_plan_indexer(a->num_tokens, max_len, a->topk, 1, 0, a->workspace_limit);
   return run_indexer(fn, &a->query, &a->cache, rows, a->num_tokens, a->topk, max_len, a->topk_indices,
                      a->topk_lens, &plan, ws, ws_bytes, stream);
 }

@@ -152,6 +152,8 @@ void dsa_choose_scores(dsa_scores_params *p) {
 
 int dsa_choose_indexer(const dsa_scores_params *p) {
   const int forced = override_get()->indexer;
+  if (p->rows.mode == DSA_ROWS_PREFILL) /* dsa_choose_prefill_indexer */
+    return DSA_INDEXER_SEPARATE;
   /* the fused kernel is the wgmma scorer's (decode rows, their keys in shared memory) */
   const int can = p->rows.mode == DSA_ROWS_DECODE &&
                   (p->kernel == DSA_SCORES_WGMMA_TMA || p->kernel == DSA_SCORES_WGMMA);
@@ -173,6 +175,28 @@ int dsa_choose_indexer(const dsa_scores_params *p) {
   if (p->rows.q_len_per_req == 2)
     return p->rows.max_len > FUSED_MIN_LEN_2 && reqs <= 4 ? DSA_INDEXER_FUSED : DSA_INDEXER_SEPARATE;
   return DSA_INDEXER_SEPARATE;
+}
+
+/* The fused prefill indexer (sample, thresholds, filtered scores, select: indexer/prefill_select.cu)
+ * runs on the FP8-q wgmma scorer, for rows longer than topk (shorter ones select everything, nothing
+ * scored). Its workspace is O(topk + L / 16) a token, not O(L) (4096 tokens at 1M: 60 MiB), but it is
+ * slower than the two kernels with their fastest plan (H200, hot, ms, fused / separate; docs/PERF.md):
+ * 64 tokens at 8k 0.048 / 0.037, 128k 0.252 / 0.170, 1M 1.123 / 0.978 (265 MiB); 4096 at 128k 17.4 /
+ * 9.15 (164 MiB). So without a workspace_limit the separate kernels run. Under a limit their fastest
+ * plan does not fit, the separate path takes its capped plans: there the fused indexer wins at 1M
+ * (64 tokens, 64 MiB: 1.123 / 1.258) and loses at 128k (4096 tokens: 17.5 / 11.6), so it runs for rows
+ * of FUSED_PREFILL_MIN_LEN or more (between the two, not measured: separate). Forced, it runs wherever
+ * it can. */
+#define FUSED_PREFILL_MIN_LEN (1 << 20)
+
+int dsa_choose_prefill_indexer(const dsa_scores_params *p, size_t separate_bytes, size_t budget) {
+  const int forced = override_get()->indexer;
+  const int can = p->rows.mode == DSA_ROWS_PREFILL && p->kernel == DSA_SCORES_WGMMA &&
+                  p->q.q_dtype == DSA_DTYPE_FP8_E4M3 && p->rows.max_len > p->skip_len;
+  if (!can || forced == DSA_INDEXER_SEPARATE) return DSA_INDEXER_SEPARATE;
+  if (forced == DSA_INDEXER_FUSED) return DSA_INDEXER_FUSED;
+  return budget > 0 && separate_bytes > budget && p->rows.max_len >= FUSED_PREFILL_MIN_LEN ? DSA_INDEXER_FUSED
+                                                                                           : DSA_INDEXER_SEPARATE;
 }
 
 /* ---- stage 2: top-k -------------------------------------------------------------------------- */

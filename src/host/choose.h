@@ -4,7 +4,8 @@
  * override, DSA_KERNEL, read from the environment once per process:
  *
  *   DSA_KERNEL=scores:mma,topk:chain,attention:heads_as_m    (any subset of the stages, any order)
- *     indexer    fused | separate      (decode: scores and top-k in one kernel, or the two below)
+ *     indexer    fused | separate      (decode: scores and top-k in one kernel, prefill: the sampled
+ *                                      fused indexer; or the two below)
  *     scores     mma | wgmma | wgmma_tma
  *     topk       registers | slices | chain
  *     attention  mma_split | rows_as_m | heads_as_m
@@ -31,6 +32,10 @@ void dsa_choose_scores(dsa_scores_params *p);
 /* Stages 1 + 2 of a decode launch: DSA_INDEXER_FUSED (dsa_indexer_fused_launch on p's scorer) or
  * DSA_INDEXER_SEPARATE, for a scoring launch already chosen by dsa_choose_scores. */
 int dsa_choose_indexer(const dsa_scores_params *p);
+/* Stages 1 + 2 of a prefill call (p: its scoring over all its tokens, chosen by dsa_choose_scores,
+ * skip_len = topk): DSA_INDEXER_FUSED (dsa_indexer_prefill_fused_launch) or DSA_INDEXER_SEPARATE,
+ * given the separate plan's fastest workspace and the caller's workspace_limit (0: none). */
+int dsa_choose_prefill_indexer(const dsa_scores_params *p, size_t separate_bytes, size_t budget);
 /* Stage 2, top-k: p->kernel and p->cluster for a launch's rows (rows, num_tokens, topk, num_sms set). */
 void dsa_choose_topk(dsa_topk_params *p);
 /* Stage 3, attention: the kernel (dsa_attention_kernel) for a call on a device of num_sms SMs. */

@@ -104,6 +104,51 @@ dsa_indexer_plan dsa_plan_indexer(int num_tokens, int max_len, int topk, int mul
   return p;
 }
 
+/* ---- the fused prefill indexer ---- */
+
+int dsa_prefill_cand_cap(int topk) {
+  const int64_t s = DSA_PREFILL_SAMPLE_STRIDE, k64 = ((int64_t)topk + 63) & ~(int64_t)63;
+  int64_t cap = 3 * s * topk / 2;
+  if (cap < s * (k64 + 128)) cap = s * (k64 + 128);
+  return (int)((cap + 63) & ~(int64_t)63);
+}
+
+int64_t dsa_prefill_sample_len(int max_len) {
+  return (int64_t)64 * ((((int64_t)max_len + 64 * DSA_PREFILL_SAMPLE_STRIDE - 1) >> DSA_PREFILL_SAMPLE_SHIFT) + 2);
+}
+
+/* The layout of n tokens' state; total = its bytes. */
+static void prefill_fused_layout(dsa_prefill_fused_plan *p, int64_t n) {
+  p->tau_off = 0;
+  p->count_off = round256((size_t)n * 8);
+  p->cand_off = p->count_off + round256((size_t)n * 4);
+  p->sample_off = p->cand_off + (size_t)n * (size_t)p->cap * 8;
+  p->total = p->sample_off + (size_t)n * (size_t)p->sample_len * 4;
+}
+
+dsa_prefill_fused_plan dsa_plan_prefill_fused(int num_tokens, int max_len, int topk, size_t workspace_limit) {
+  dsa_prefill_fused_plan p;
+  memset(&p, 0, sizeof p);
+  const int long_cap = dsa_prefill_cand_cap(topk);
+  if (max_len <= long_cap) {
+    p.cap = (max_len + 63) & ~63; /* every key of every row: no sample */
+  } else {
+    p.cap = long_cap;
+    p.sample_len = dsa_prefill_sample_len(max_len);
+  }
+  const size_t budget = workspace_limit ? workspace_limit : DSA_PREFILL_FUSED_BUDGET;
+  /* per token, and what the 256-byte rounding of the two small arrays can add */
+  const size_t per = 8 + 4 + (size_t)p.cap * 8 + (size_t)p.sample_len * 4, slack = 512;
+  int64_t n = budget > slack ? (int64_t)((budget - slack) / per) : 0;
+  if (n > DSA_PREFILL_FUSED_MAX_CHUNK) n = DSA_PREFILL_FUSED_MAX_CHUNK;
+  if (n > num_tokens) n = num_tokens;
+  if (n >= 16 && n < num_tokens) n -= n % 16; /* whole token groups of the scorer */
+  if (n < 1) n = 1;                             /* one token alone may pass the limit */
+  p.chunk = (int)n;
+  prefill_fused_layout(&p, n);
+  return p;
+}
+
 /* ---- top-k ---- */
 
 dsa_topk_layout dsa_topk_ws_layout(int num_rows) {

@@ -33,6 +33,26 @@ typedef struct {
 dsa_indexer_plan dsa_plan_indexer(int num_tokens, int max_len, int topk, int multiple, int decode,
                                   size_t workspace_limit);
 
+/* ---- the fused prefill indexer (indexer/prefill_select.cu): tokens per launch and one launch's
+ * workspace. Per token: the threshold (8 B), the candidate count (4 B), `cap` candidates (8 B
+ * each) and, where rows are longer than cap, the sample row (sample_len floats). ---- */
+typedef struct {
+  int chunk;            /* tokens a launch */
+  int cap;              /* candidates a token keeps (rows up to cap long keep every key) */
+  int64_t sample_len;   /* floats of a token's sample row; 0: no row is longer than cap */
+  size_t tau_off, count_off, cand_off, sample_off; /* [chunk] u64 | [chunk] u32 | [chunk][cap] u64 | [chunk][sample_len] f32 */
+  size_t total;         /* workspace bytes */
+} dsa_prefill_fused_plan;
+/* Candidates a token keeps once its row needs a sample (DSA_PREFILL_SAMPLE_STRIDE): 1.5 x stride x
+ * topk, at least stride x (topk rounded up to 64, + 128), a multiple of 64. */
+int dsa_prefill_cand_cap(int topk);
+/* A token's sample row for rows up to max_len: 64 floats a sample tile, from the one holding the row's
+ * first key (two of slack: the first and last may be partly outside the row). */
+int64_t dsa_prefill_sample_len(int max_len);
+/* num_tokens >= 1 tokens of visible length <= max_len (> topk) in launches whose workspace fits
+ * workspace_limit (0: DSA_PREFILL_FUSED_BUDGET), at least one token a launch. */
+dsa_prefill_fused_plan dsa_plan_prefill_fused(int num_tokens, int max_len, int topk, size_t workspace_limit);
+
 /* ---- top-k: scratch for num_rows rows at once (bounded per row), and where its parts start ---- */
 typedef struct {
   size_t hist_off;   /* [rows][TK_HDR] uint32 */

@@ -27,11 +27,20 @@
  * wgmma (k16, eight steps a chunk); the epilogue is the FP8 path's. 8 tokens a prefill group (q
  * rows are 256 B).
  *
- * FUSED (the decode indexer in one kernel, dsa_indexer_fused_launch): the epilogue keeps the CTA's
- * scores in shared memory as score keys instead of storing them, a CTA with no tiles still runs,
- * and after the ring every thread runs the exact top-k of indexer/fused_topk.cuh with the request's
- * other CTAs — one cooperative launch, declined (nothing launched) where the grid cannot be
- * resident at once or a CTA's scores do not fit beside the ring.
+ * OUT (wgmma_tile.cuh, wt_out) says where the scores go:
+ *   WT_OUT_SCORES  the scores-only output and the separate indexer's workspace.
+ *   WT_OUT_KEYS    the decode indexer in one kernel (dsa_indexer_fused_launch): the epilogue keeps the
+ *                  CTA's scores in shared memory as score keys instead of storing them, a CTA with no
+ *                  tiles still runs, and after the ring every thread runs the exact top-k of
+ *                  indexer/fused_topk.cuh with the request's other CTAs — one cooperative launch,
+ *                  declined (nothing launched) where the grid cannot be resident at once or a CTA's
+ *                  scores do not fit beside the ring.
+ *   WT_OUT_SAMPLE  the fused prefill indexer's sample (indexer/prefill_select.cu; FP8 q): the grid
+ *                  covers only every DSA_PREFILL_SAMPLE_STRIDE-th tile (tile i of a CTA is key
+ *                  coordinate (tile_begin + i) x 64 x stride), scores stored compacted.
+ *   WT_OUT_FILTER  its filtered pass (FP8 q): keys at or above the token's threshold appended to the
+ *                  token's candidate list through two staging buffers a consumer warpgroup (~4.5 KB
+ *                  each: a tile's scores and kept-lane masks while the previous tile's are appended).
  */
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -87,11 +96,18 @@ static size_t ws_smem_bytes(int qrows, bool f16, int ns) {
   return 2 * ns * 8 + sizeof(sc_group) + 1024 + (size_t)wt_q_bytes(qrows) * (f16 ? 2 : 1) +
          (size_t)ns * WT_WG_STAGE + (f16 ? (size_t)WS_CONSUMERS * WT_F16_KEYS : 0) + (size_t)3 * qrows * 4 + 16;
 }
-/* FUSED: + the CTA's scores as keys, T tokens x its tiles' positions (after qsc, 16-byte aligned),
- * then each token's histogram of their first digit (T x TK_BINS), then (TMA) its tiles' page ids. */
+/* WT_OUT_KEYS: + the CTA's scores as keys, T tokens x its tiles' positions (after qsc, 16-byte
+ * aligned), then each token's histogram of their first digit (T x TK_BINS), then (TMA) its tiles'
+ * page ids. */
 static size_t ws_fused_keys_bytes(int T, int tiles_per_cta) {
   return (size_t)T * tiles_per_cta * WT_WG_KEYS * 4 + 16 + (size_t)T * TK_BINS * 4 + (size_t)tiles_per_cta * 4;
 }
+/* WT_OUT_FILTER: + the group's thresholds (after qsc, 16-byte aligned), then two staging buffers a
+ * consumer warpgroup. */
+static constexpr size_t ws_filter_bytes(void) {
+  return 16 + SC_MAX_T * 8 + (size_t)2 * WS_CONSUMERS * sizeof(wt_stage);
+}
+static_assert(sizeof(wt_stage) % 16 == 0, "staging buffers stay 16-byte aligned");
 static_assert(WS_NS_SHARE * WT_WG_STAGE >= sizeof(fz_smem), "the select phase lives in the ring's stages");
 
 /* Producer, TMA: one tile's page pg into stage st — the validity flags by every lane of the warp
@@ -122,10 +138,14 @@ static __device__ __forceinline__ void ws_tma_fill(const dsa_scores_params &p, c
  * the layout wgmma reads) and its 256 B of scales with one bulk copy, both completing the stage's
  * `full` transaction count; a bad page id loads an out-of-bounds box (zeros) and flags its keys
  * invalid. Else cp.async per 16 bytes, every lane. */
-template <int HP, int NC, bool F16, bool TMA, bool SHARE, bool FUSED>
+template <int HP, int NC, bool F16, bool TMA, bool SHARE, int OUT>
 __global__ void __launch_bounds__(WS_THREADS, SHARE ? 2 : 1)
-    scores_wgmma_kernel(const dsa_scores_params p, int T, int tiles_per_cta,
-                             const __grid_constant__ CUtensorMap kmap, const dsa_fused_topk f) {
+    scores_wgmma_kernel(const dsa_scores_params p, int T, int tiles_per_cta, const __grid_constant__ CUtensorMap kmap,
+                        const dsa_fused_topk f, const dsa_prefill_select sel) {
+  constexpr bool FUSED = OUT == WT_OUT_KEYS, FILTER = OUT == WT_OUT_FILTER;
+  static_assert(OUT <= WT_OUT_KEYS || (!F16 && !TMA), "the prefill indexer's passes: FP8 q, cp.async keys");
+  /* key coordinates a tile apart: the sample pass scores one tile in DSA_PREFILL_SAMPLE_STRIDE */
+  constexpr int XSTEP = OUT == WT_OUT_SAMPLE ? 1 << DSA_PREFILL_SAMPLE_SHIFT : WT_WG_KEYS;
   extern __shared__ unsigned char smem_raw[];
   uint64_t *full = (uint64_t *)smem_raw; /* the ring's barriers; dynamic shared memory is >= 16-byte aligned */
   constexpr int NS = ws_ns(SHARE);
@@ -150,14 +170,20 @@ __global__ void __launch_bounds__(WS_THREADS, SHARE ? 2 : 1)
   const int ks = tiles_per_cta * WT_WG_KEYS;
   uint32_t *fhist = fkeys + (size_t)T * ks; /* FUSED: T x TK_BINS */
   int *fpages = (int *)(fhist + (size_t)T * TK_BINS); /* FUSED and TMA: tile i's block-table entry */
+  unsigned long long *ftau = (unsigned long long *)fkeys; /* FILTER: [SC_MAX_T], then the staging buffers */
+  wt_stage *fstages = (wt_stage *)(ftau + SC_MAX_T);
 
   /* the warp index through a shuffle: ptxas then sees the role branches as warp-uniform (fewer
    * registers held across them: no spills; and wgmma overlap needs it) */
   const int tid = threadIdx.x, warp = __shfl_sync(0xffffffffu, tid >> 5, 0), lane = tid & 31;
   sc_cta cta;
   /* FUSED: a CTA with nothing to score still takes part in its request's selection */
-  if (!sc_cta_begin(p, grp, T, WT_WG_KEYS, tiles_per_cta, &cta) && !FUSED) return;
-  const wt_keys_out ko = {fkeys, fhist, ks, (int)cta.range_lo};
+  if (!sc_cta_begin(p, grp, T, XSTEP, tiles_per_cta, &cta) && !FUSED) return;
+  wt_out_ctx ko = {};
+  ko.keys = fkeys;
+  ko.hist = fhist;
+  ko.stride = ks;
+  ko.pos0 = (int)cta.range_lo;
   if constexpr (FUSED)
     for (int i = threadIdx.x; i < T * TK_BINS; i += WS_THREADS) fhist[i] = 0u; /* before the barrier below */
   const int t0 = cta.t0, nt = cta.nt, lo = cta.lo, hi = cta.hi, tile_begin = cta.tile_begin, tile_end = cta.tile_end;
@@ -186,10 +212,10 @@ __global__ void __launch_bounds__(WS_THREADS, SHARE ? 2 : 1)
       /* warp 0 alone (six stages): lane j holds the page of tile base + j (one load for 32 tiles,
        * the next 32 loaded while these are issued); the other producer warps have nothing to do */
       if (warp == 0) {
-        long long page = lane < ntiles ? rows_key_raw(p.rows, t0, (tile_begin + lane) * WT_WG_KEYS) : -1;
+        long long page = lane < ntiles ? rows_key_raw(p.rows, t0, (tile_begin + lane) * XSTEP) : -1;
         for (int base = 0; base < ntiles; base += 32) {
           const long long page_next =
-              base + 32 + lane < ntiles ? rows_key_raw(p.rows, t0, (tile_begin + base + 32 + lane) * WT_WG_KEYS) : -1;
+              base + 32 + lane < ntiles ? rows_key_raw(p.rows, t0, (tile_begin + base + 32 + lane) * XSTEP) : -1;
           const int n = ntiles - base < 32 ? ntiles - base : 32;
           if (FUSED && lane < n) fpages[base + lane] = (int)page; /* the output's slots (fused_topk.cuh) */
           for (int j = 0; j < n; j++) {
@@ -204,12 +230,12 @@ __global__ void __launch_bounds__(WS_THREADS, SHARE ? 2 : 1)
     } else if constexpr (TMA) {
       /* every producer warp its own tiles (warp, warp + 4, ...), the page looked up a tile ahead by
        * lane 0 (one warp alone measured 4-6 % slower at B = 256 x 32k / 64k) */
-      long long page = lane == 0 && warp < ntiles ? rows_key_raw(p.rows, t0, (tile_begin + warp) * WT_WG_KEYS) : -1;
+      long long page = lane == 0 && warp < ntiles ? rows_key_raw(p.rows, t0, (tile_begin + warp) * XSTEP) : -1;
       for (int i = warp; i < ntiles; i += 4) {
         const int s = i % NS;
-        const int x0 = (tile_begin + i) * WT_WG_KEYS;
+        const int x0 = (tile_begin + i) * XSTEP;
         const long long page_next =
-            lane == 0 && i + 4 < ntiles ? rows_key_raw(p.rows, t0, x0 + 4 * WT_WG_KEYS) : -1;
+            lane == 0 && i + 4 < ntiles ? rows_key_raw(p.rows, t0, x0 + 4 * XSTEP) : -1;
         if (FUSED && lane == 0) fpages[i] = (int)page; /* the output's slots (fused_topk.cuh) */
         ring_wait_empty<NS>(ring, i);
         ws_tma_fill(p, &kmap, stages + s * WT_WG_STAGE, ring_full(ring, s), __shfl_sync(0xffffffffu, page, 0),
@@ -223,13 +249,13 @@ __global__ void __launch_bounds__(WS_THREADS, SHARE ? 2 : 1)
     long long raw[4], raw_next[4];
 #pragma unroll
     for (int q4 = 0; q4 < 4; q4++)
-      raw[q4] = warp < ntiles ? wt_key_raw(p, t0, (tile_begin + warp) * WT_WG_KEYS, 16 * q4, lo, hi, lane) : -1;
+      raw[q4] = warp < ntiles ? wt_key_raw(p, t0, (tile_begin + warp) * XSTEP, 16 * q4, lo, hi, lane) : -1;
     for (int i = warp; i < ntiles; i += 4) {
       const int s = i % NS;
-      const int x0 = (tile_begin + i) * WT_WG_KEYS;
+      const int x0 = (tile_begin + i) * XSTEP;
 #pragma unroll
       for (int q4 = 0; q4 < 4; q4++)
-        raw_next[q4] = i + 4 < ntiles ? wt_key_raw(p, t0, x0 + 4 * WT_WG_KEYS, 16 * q4, lo, hi, lane) : -1;
+        raw_next[q4] = i + 4 < ntiles ? wt_key_raw(p, t0, x0 + 4 * XSTEP, 16 * q4, lo, hi, lane) : -1;
       ring_wait_empty<NS>(ring, i);
       unsigned char *st = stages + s * WT_WG_STAGE;
 #pragma unroll
@@ -254,17 +280,37 @@ __global__ void __launch_bounds__(WS_THREADS, SHARE ? 2 : 1)
       wt_stage_q_f16<HP>(p, grp, q_tile, wq_smem, w_smem, qsc_smem, qrows, nt, t0, warp - 4, CW, lane);
     else
       wt_stage_q<HP>(p, grp, q_tile, wq_smem, w_smem, qsc_smem, qrows, nt, t0, warp - 4, CW, lane);
+    if constexpr (FILTER)
+      if (tid - 128 < SC_MAX_T) { /* the threshold as {score, position} (wt_out_ctx.tau_s) */
+        const int j = tid - 128;
+        const unsigned long long tau = j < nt ? sel.tau[t0 + j] : 0ull;
+        const uint32_t key = (uint32_t)(tau >> 32);
+        uint2 th = make_uint2(0x7fc00000u, 0u); /* NaN: keeps every key (or no token) */
+        if (tau != 0ull) th = key == 0u ? make_uint2(__float_as_uint(-INFINITY), 0xffffffffu)
+                                        : make_uint2(__float_as_uint(score_of_key(key)), ~(uint32_t)tau);
+        ((uint2 *)ftau)[j] = th;
+      }
     ptx_fence_proxy_async_smem(); /* q's generic stores before wgmma reads them */
     ptx_bar_sync(WS_BAR_Q_STAGED, 32 * CW); /* every consumer's rows (and any_negative_qscale) staged */
     const bool qscale_nonneg = grp->any_negative_qscale == 0;
     if constexpr (!SHARE) ptx_setmaxnreg_inc<144>();
     const int g = (warp >> 2) - 1, wi = warp & 3;
     const uint32_t q_addr = ptx_smem_u32(q_tile);
+    if constexpr (FILTER) {
+      ko.tau_s = ptx_smem_u32(ftau);
+      for (int ti = 0; ti < nt; ti++) ko.dense |= grp->len[ti] > 0 && isnan(__uint_as_float(((const uint2 *)ftau)[ti].x));
+      ko.cand = sel.cand;
+      ko.cap = sel.cap;
+      ko.count = sel.count;
+      ko.stages = fstages + 2 * g;
+      ko.stage_s = ptx_smem_u32(ko.stages);
+      ko.bar = WS_BAR_CONSUMER + g;
+    }
     for (int i = g; i < ntiles; i += WS_CONSUMERS) {
       const int s = i % NS;
       ring_wait_full<NS>(ring, i);
       ptx_fence_proxy_async_smem();
-      const int x0 = (tile_begin + i) * WT_WG_KEYS;
+      const int x0 = (tile_begin + i) * XSTEP;
       if constexpr (F16) {
         const unsigned char *st = stages + s * WT_WG_STAGE;
         unsigned char *kbuf = kbufs + g * WT_F16_KEYS;
@@ -280,15 +326,17 @@ __global__ void __launch_bounds__(WS_THREADS, SHARE ? 2 : 1)
         ptx_bar_sync(WS_BAR_CONSUMER + g, 128); /* every warp's rows converted */
         ptx_mbar_arrive(ring_empty(ring, s));     /* the stage is free: rows converted, scales read */
         if (wt_any_visible(grp, nt, x0))
-          wt_tile_scores_f16<HP, NC, FUSED>(p, grp, ptx_smem_u32(kbuf), ptx_smem_u32(q_tile), qrows, wq_smem, w_smem,
-                                     qsc_smem, chunks, nt, t0, x0, ks0, ks1, ok0, ok1, fast, wi, lane, ko);
+          wt_tile_scores_f16<HP, NC, FUSED ? WT_OUT_KEYS : WT_OUT_SCORES>(
+              p, grp, ptx_smem_u32(kbuf), ptx_smem_u32(q_tile), qrows, wq_smem, w_smem, qsc_smem, chunks, nt, t0, x0,
+              ks0, ks1, ok0, ok1, fast, wi, lane, ko);
         continue;
       }
       if (wt_any_visible(grp, nt, x0))
-        wt_tile_scores<HP, NC, FUSED>(p, grp, stages + s * WT_WG_STAGE, q_addr, wq_smem, w_smem, qsc_smem, chunks, nt, t0,
-                               x0, qscale_nonneg, wi, lane, ko);
+        wt_tile_scores<HP, NC, OUT>(p, grp, stages + s * WT_WG_STAGE, q_addr, wq_smem, w_smem, qsc_smem, chunks, nt,
+                                    t0, x0, qscale_nonneg, wi, lane, ko);
       ptx_mbar_arrive(ring_empty(ring, s)); /* this warpgroup is done with the stage */
     }
+    if constexpr (FILTER) wt_filter_flush(ko, grp, t0, nt, tid & 127); /* the warpgroup's last tile */
     if constexpr (FUSED && !SHARE) {
       ptx_setmaxnreg_dec<128>();
       ptx_bar_arrive(WS_BAR_REGS, WS_THREADS);
@@ -309,27 +357,31 @@ __global__ void __launch_bounds__(WS_THREADS, SHARE ? 2 : 1)
   sc_fill_tail(p, grp, nt, t0, range_lo, range_hi);
 }
 
-/* FUSED (f non-null): DSA_FUSED_DECLINED where the CTA's scores do not fit beside the ring or the grid
- * cannot be resident at once; else the request barriers zeroed and one cooperative launch. */
-template <int HP, int NC, bool F16, bool TMA, bool SHARE, bool FUSED>
-static int ws_launch_t(const dsa_scores_params *p, const dsa_fused_topk *f, dim3 grid, int T, int tpc,
-                       const CUtensorMap &kmap, cudaStream_t stream) {
+/* WT_OUT_KEYS (f non-null): DSA_FUSED_DECLINED where the CTA's scores do not fit beside the ring or
+ * the grid cannot be resident at once; else the request barriers zeroed and one cooperative launch.
+ * WT_OUT_SAMPLE / WT_OUT_FILTER: sel the prefill indexer's state. */
+template <int HP, int NC, bool F16, bool TMA, bool SHARE, int OUT>
+static int ws_launch_t(const dsa_scores_params *p, const dsa_fused_topk *f, const dsa_prefill_select *sel, dim3 grid,
+                       int T, int tpc, const CUtensorMap &kmap, cudaStream_t stream) {
   static dsa_smem_cache cache;
   const int qrows = (T * HP + NC - 1) / NC * NC;
-  const size_t smem = ws_smem_bytes(qrows, F16, ws_ns(SHARE)) + (FUSED ? ws_fused_keys_bytes(T, tpc) : 0);
-  dsa_fused_topk none;
-  memset(&none, 0, sizeof none);
-  if constexpr (!FUSED) {
-    return (int)dsa_launch_smem(scores_wgmma_kernel<HP, NC, F16, TMA, SHARE, false>, &cache, grid, WS_THREADS, smem,
-                                stream, false, *p, T, tpc, kmap, none);
+  const size_t smem = ws_smem_bytes(qrows, F16, ws_ns(SHARE)) +
+                      (OUT == WT_OUT_KEYS ? ws_fused_keys_bytes(T, tpc) : OUT == WT_OUT_FILTER ? ws_filter_bytes() : 0);
+  dsa_fused_topk no_f;
+  memset(&no_f, 0, sizeof no_f);
+  dsa_prefill_select no_sel;
+  memset(&no_sel, 0, sizeof no_sel);
+  if constexpr (OUT != WT_OUT_KEYS) {
+    return (int)dsa_launch_smem(scores_wgmma_kernel<HP, NC, F16, TMA, SHARE, OUT>, &cache, grid, WS_THREADS, smem,
+                                stream, false, *p, T, tpc, kmap, no_f, sel ? *sel : no_sel);
   } else {
     if (smem > WS_MAX_SMEM || grid.x > DSA_FUSED_MAX_CTAS) return DSA_FUSED_DECLINED;
     cudaError_t err = cudaMemsetAsync(f->ctl, 0, fz_zeroed_bytes((int)grid.y, p->num_tokens), stream);
     if (err != cudaSuccess) return (int)err;
     bool resident = false;
-    err = dsa_launch_smem_cooperative(scores_wgmma_kernel<HP, NC, F16, TMA, SHARE, true>, &cache, grid, WS_THREADS,
-                                      smem, stream, p->num_sms > 0 ? p->num_sms : 132, &resident, *p, T, tpc, kmap,
-                                      *f);
+    err = dsa_launch_smem_cooperative(scores_wgmma_kernel<HP, NC, F16, TMA, SHARE, WT_OUT_KEYS>, &cache, grid,
+                                      WS_THREADS, smem, stream, p->num_sms > 0 ? p->num_sms : 132, &resident, *p, T,
+                                      tpc, kmap, *f, no_sel);
     if (err == cudaSuccess && !resident) return DSA_FUSED_DECLINED; /* the memset alone is harmless */
     if (err == cudaErrorCooperativeLaunchTooLarge) { /* fewer SMs than the device reports (MPS, ...) */
       (void)cudaGetLastError();                      /* the launch's own error */
@@ -367,9 +419,10 @@ static bool ws_key_map(const dsa_scores_params *p, CUtensorMap *map) {
 
 /* max_x <= DSA_MAX_ROW_LEN (checked in host/api_indexer.c): tile arithmetic in the kernel stays
  * inside int. kmap: TMA only. */
-template <bool F16, bool TMA, bool FUSED = false>
+template <bool F16, bool TMA, int OUT = WT_OUT_SCORES>
 static int ws_launch(const dsa_scores_params *p, const CUtensorMap &kmap, cudaStream_t stream,
-                     const dsa_fused_topk *f = nullptr) {
+                     const dsa_fused_topk *f = nullptr, const dsa_prefill_select *sel = nullptr) {
+  constexpr bool FUSED = OUT == WT_OUT_KEYS;
   if (p->num_tokens <= 0) return FUSED ? DSA_FUSED_DECLINED : 0;
   const int HP = p->q.num_heads <= 32 ? 32 : 64;
   int T, groups, max_x;
@@ -378,7 +431,9 @@ static int ws_launch(const dsa_scores_params *p, const CUtensorMap &kmap, cudaSt
   /* the f16 path's q rows take 256 B: more than 256 of them (a decode group of 5-8 tokens x 64 heads)
    * would not fit beside the ring and the key buffers (the choice table sends those to mma) */
   if (F16 && T * HP > 256) return FUSED ? DSA_FUSED_DECLINED : (int)cudaErrorInvalidValue;
-  const int total_tiles = (int)(((int64_t)max_x + WT_WG_KEYS - 1) / WT_WG_KEYS);
+  /* the sample pass's tiles are DSA_PREFILL_SAMPLE_STRIDE tiles apart */
+  const int xstep = OUT == WT_OUT_SAMPLE ? 1 << DSA_PREFILL_SAMPLE_SHIFT : WT_WG_KEYS;
+  const int total_tiles = (int)(((int64_t)max_x + xstep - 1) / xstep);
   if (total_tiles == 0 || groups == 0) return FUSED ? DSA_FUSED_DECLINED : 0;
   /* one long-lived CTA an SM (512 threads x 128 registers fill its register file; its setup and the
    * ring's first fill paid once); two with SHARE (WS_NS_SHARE) */
@@ -389,13 +444,20 @@ static int ws_launch(const dsa_scores_params *p, const CUtensorMap &kmap, cudaSt
   int tpc;
   const dim3 grid = sc_grid(total_tiles, groups, want, 512, &tpc);
   const int n = T * HP;
-  if (HP == 32)
-    return share     ? ws_launch_t<32, 32, F16, TMA, TMA && !F16, FUSED>(p, f, grid, T, tpc, kmap, stream)
-           : n <= 32 ? ws_launch_t<32, 32, F16, TMA, false, FUSED>(p, f, grid, T, tpc, kmap, stream)
-           : n <= 64 ? ws_launch_t<32, 64, F16, TMA, false, FUSED>(p, f, grid, T, tpc, kmap, stream)
-                     : ws_launch_t<32, 128, F16, TMA, false, FUSED>(p, f, grid, T, tpc, kmap, stream);
-  return n <= 64 ? ws_launch_t<64, 64, F16, TMA, false, FUSED>(p, f, grid, T, tpc, kmap, stream)
-                 : ws_launch_t<64, 128, F16, TMA, false, FUSED>(p, f, grid, T, tpc, kmap, stream);
+  if constexpr (OUT == WT_OUT_SAMPLE || OUT == WT_OUT_FILTER) {
+    /* prefill groups: 16 tokens x 32 heads or 8 x 64, four chunks of 128 columns */
+    if (n != 512) return (int)cudaErrorInvalidValue;
+    return HP == 32 ? ws_launch_t<32, 128, false, false, false, OUT>(p, f, sel, grid, T, tpc, kmap, stream)
+                    : ws_launch_t<64, 128, false, false, false, OUT>(p, f, sel, grid, T, tpc, kmap, stream);
+  } else {
+    if (HP == 32)
+      return share     ? ws_launch_t<32, 32, F16, TMA, TMA && !F16, OUT>(p, f, sel, grid, T, tpc, kmap, stream)
+             : n <= 32 ? ws_launch_t<32, 32, F16, TMA, false, OUT>(p, f, sel, grid, T, tpc, kmap, stream)
+             : n <= 64 ? ws_launch_t<32, 64, F16, TMA, false, OUT>(p, f, sel, grid, T, tpc, kmap, stream)
+                       : ws_launch_t<32, 128, F16, TMA, false, OUT>(p, f, sel, grid, T, tpc, kmap, stream);
+    return n <= 64 ? ws_launch_t<64, 64, F16, TMA, false, OUT>(p, f, sel, grid, T, tpc, kmap, stream)
+                   : ws_launch_t<64, 128, F16, TMA, false, OUT>(p, f, sel, grid, T, tpc, kmap, stream);
+  }
 }
 
 /* FP8 q: e4m3 wgmma; bf16 q: the f16 path. */
@@ -426,8 +488,33 @@ extern "C" int dsa_indexer_fused_launch(const dsa_scores_params *p, const dsa_fu
   memset(&kmap, 0, sizeof kmap);
   const bool fp8 = p->q.q_dtype == DSA_DTYPE_FP8_E4M3;
   if (p->kernel == DSA_SCORES_WGMMA_TMA && fp8 && ws_key_map(p, &kmap))
-    return ws_launch<false, true, true>(p, kmap, stream, f);
+    return ws_launch<false, true, WT_OUT_KEYS>(p, kmap, stream, f);
   if (p->kernel == DSA_SCORES_WGMMA || p->kernel == DSA_SCORES_WGMMA_TMA)
-    return fp8 ? ws_launch<false, false, true>(p, kmap, stream, f) : ws_launch<true, false, true>(p, kmap, stream, f);
+    return fp8 ? ws_launch<false, false, WT_OUT_KEYS>(p, kmap, stream, f)
+               : ws_launch<true, false, WT_OUT_KEYS>(p, kmap, stream, f);
   return DSA_FUSED_DECLINED;
+}
+
+/* The fused prefill indexer's scoring passes (indexer/prefill_select.cu): FP8 q, prefill rows, the
+ * cp.async scorer. The sample pass writes s->sample (rows s->sample_len apart) of tokens longer than
+ * p->skip_len; the filtered pass appends to s->cand past the counts s->count. */
+extern "C" int dsa_scores_wgmma_sample_launch(const dsa_scores_params *p, const dsa_prefill_select *s,
+                                              cudaStream_t stream) {
+  if (p->q.q_dtype != DSA_DTYPE_FP8_E4M3 || p->rows.mode != DSA_ROWS_PREFILL || p->fill_tail)
+    return (int)cudaErrorInvalidValue;
+  CUtensorMap none;
+  memset(&none, 0, sizeof none);
+  dsa_scores_params q = *p;
+  q.scores = s->sample;
+  q.scores_stride = s->sample_len;
+  return ws_launch<false, false, WT_OUT_SAMPLE>(&q, none, stream, nullptr, s);
+}
+
+extern "C" int dsa_scores_wgmma_filter_launch(const dsa_scores_params *p, const dsa_prefill_select *s,
+                                              cudaStream_t stream) {
+  if (p->q.q_dtype != DSA_DTYPE_FP8_E4M3 || p->rows.mode != DSA_ROWS_PREFILL || p->fill_tail)
+    return (int)cudaErrorInvalidValue;
+  CUtensorMap none;
+  memset(&none, 0, sizeof none);
+  return ws_launch<false, false, WT_OUT_FILTER>(p, none, stream, nullptr, s);
 }

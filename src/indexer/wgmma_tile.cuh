@@ -8,6 +8,7 @@
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/layout.h"
@@ -215,15 +216,54 @@ static __device__ __forceinline__ bool wt_any_visible(const sc_group *grp, int n
   return any;
 }
 
-/* Where the fused indexer (FUSED, indexer/fused_topk.cuh) keeps a CTA's scores instead of global
- * memory: position i of token ti at keys[ti * stride + i - pos0], as its score key, counted into
- * token ti's histogram of the key's top 11 bits, hist[ti * TK_BINS + (key >> 21)] (shared memory,
- * zeroed before the first tile). */
+/* Where a tile's scores go (the template parameter OUT of the functions below):
+ *   WT_OUT_SCORES  p.scores[t, x - begin]: the scorer's own output.
+ *   WT_OUT_KEYS    the decode fused indexer (indexer/fused_topk.cuh): position i of token ti at
+ *                  keys[ti * stride + i - pos0] (shared memory) as its score key, counted into token
+ *                  ti's histogram of the key's top 11 bits, hist[ti * TK_BINS + (key >> 21)].
+ *   WT_OUT_SAMPLE  the fused prefill indexer's sample pass (indexer/prefill_select.cu): the CTAs
+ *                  score only tiles whose index is a multiple of DSA_PREFILL_SAMPLE_STRIDE; key x of
+ *                  token t goes to p.scores[t, ((x >> SHIFT) - (begin >> SHIFT)) * 64 + x % 64].
+ *   WT_OUT_FILTER  its filtered pass: token ti's composite (key, position) kept when at least the
+ *                  token's threshold — a token with threshold 0 keeps every key at its position
+ *                  (cand[t][x - begin]); the others' scores are compared as floats with the
+ *                  threshold's (NaN never kept: with the rows' other keys it is below any threshold
+ *                  but NaN's own, and a list short of k is rescored), staged a tile at a time in
+ *                  shared memory (wt_stage) and appended to cand[t] past a reservation (wt_filter_*). */
+enum wt_out { WT_OUT_SCORES = 0, WT_OUT_KEYS = 1, WT_OUT_SAMPLE = 2, WT_OUT_FILTER = 3 };
+
+/* WT_OUT_FILTER: one warpgroup's scores of one tile for the tokens of its group, before the kept ones
+ * are appended: every key's score (row r of the tile at key[ti][r]) and, per warp, which of its
+ * lanes kept one (its half of the ballot: lane l of warp w holds row 16 w + l / 4 + 8 (l & 1)). */
 typedef struct {
+  uint32_t key[SC_MAX_T][WT_WG_KEYS]; /* scores (float bits) */
+  uint32_t wmask[SC_MAX_T][4];        /* kept lanes a warp */
+  int pre[SC_MAX_T];                  /* exclusive sum of the tokens' kept counts */
+  unsigned base[SC_MAX_T];            /* where the tokens' keys go in their lists */
+  int total, x0;                      /* keys kept; the tile's first key coordinate */
+  int pad[2];
+} wt_stage;
+
+typedef struct {
+  /* WT_OUT_KEYS */
   uint32_t *keys;
   uint32_t *hist;
   int stride, pos0;
-} wt_keys_out;
+  /* WT_OUT_FILTER */
+  uint32_t tau_s;                /* shared address of the group's thresholds, [T] x {float score, u32
+                                    position}: a score above it, or equal at a position at or below it,
+                                    is kept (the composite threshold as floats); NaN: a token that
+                                    keeps every key (dense), or none of the group */
+  int dense;                     /* some token of the group keeps every key */
+  unsigned long long *cand;      /* launch-token t's list at cand + t * cap */
+  int cap;
+  uint32_t *count;               /* [launch tokens]: keys appended to each list (reservations) */
+  wt_stage *stages;              /* this warpgroup's two staging buffers */
+  uint32_t stage_s;              /* shared address of the one the current tile fills (stages[cur]) */
+  int cur, pend;                 /* pend: stages[cur ^ 1] holds a tile not yet appended */
+  unsigned pend_base;            /* thread j < T of the warpgroup: token j's reservation for it */
+  int bar;                       /* the warpgroup's named barrier */
+} wt_out_ctx;
 
 /* One chunk's epilogue, for one thread: its NC / 2 accumulators D[r0 | r1, columns 8j + 2c (+1)]
  * (column n = (token n / HP, head n % HP)) become per-token scores of keys r0 and r1 — relu, weight,
@@ -234,14 +274,15 @@ typedef struct {
  * compiler interleaves the tokens' independent sums (the branchy form ran at ~0.17 IPC a warp).
  * FAST (non-negative q and key scales): relu(acc x qs x ks) x w = relu(acc) x (w x qs) x ks, ks
  * applied once after the sum. */
-template <int HP, int NC, bool FAST, bool FUSED>
+template <int HP, int NC, bool FAST, int OUT>
 static __device__ __forceinline__ void wt_chunk_epilogue(const dsa_scores_params &p, const sc_group *grp,
                                                          const float (&acc)[NC / 2], const float *wq_smem,
                                                          const float *w_smem, const float *qsc_smem, int chk, int nt,
                                                          int t0, int x0, float ks0, float ks1, int ok0, int ok1,
-                                                         int r0, int r1, int c, const wt_keys_out &ko) {
+                                                         int r0, int r1, int lane, const wt_out_ctx &ko) {
   constexpr int TPC = NC / HP; /* tokens in the chunk */
   constexpr int V = 2 * TPC;   /* partial sums a thread holds: (token, key row) */
+  const int c = lane & 3;
   float v[V];
 #pragma unroll
   for (int tl = 0; tl < TPC; tl++) {
@@ -291,52 +332,138 @@ static __device__ __forceinline__ void wt_chunk_epilogue(const dsa_scores_params
   const float ks = odd ? ks1 : ks0;
   const bool ok = odd ? ok1 : ok0;
   const int x = x0 + r;
+  if constexpr (OUT == WT_OUT_FILTER) {
+    /* two tokens a step (the lanes with c < 2 hold one, c >= 2 the other): every lane stores its score
+     * to the stage (row r of token ti) and takes part in the ballot, whatever its token; lanes 0 and 2
+     * store their half's kept lanes. Shared accesses by address (the stage's pointer is in ko: as a
+     * pointer the compiler made them generic loads and stores). */
+    static_assert(V >= 4, "the filtered pass holds two tokens a step");
+    const int wi = r0 >> 4;
+    const unsigned half = hi2 ? 0xccccccccu : 0x33333333u;
 #pragma unroll
-  for (int i = 0; i < (V >= 4 ? V / 4 : 1); i++) {
-    const int ti = chk * TPC + (V >= 4 ? 2 * i + (hi2 ? 1 : 0) : 0);
-    if (V < 4 && hi2) break;
-    if (ti >= nt) break;
-    const int L = grp->len[ti], bt = grp->begin[ti];
-    const float sc = FAST ? out[i] * ks : out[i];
-    if (x >= bt && x < bt + L) {
-      if constexpr (FUSED) {
-        const uint32_t key = score_key(ok ? sc : -INFINITY);
-        ko.keys[ti * ko.stride + (x - bt - ko.pos0)] = key;
-        atomicAdd(&ko.hist[ti * TK_BINS + (key >> 21)], 1u);
+    for (int i = 0; i < V / 4; i++) {
+      const int ti = chk * TPC + 2 * i + (hi2 ? 1 : 0); /* < T <= SC_MAX_T */
+      const bool live = ti < nt;
+      const int L = live ? grp->len[ti] : 0, bt = live ? grp->begin[ti] : 0;
+      const bool vis = x >= bt && x < bt + L;
+      const float sc = ok ? (FAST ? out[i] * ks : out[i]) : -INFINITY;
+      const uint2 th = ptx_ld_shared_v2(ko.tau_s + 8 * ti);
+      const float tf = __uint_as_float(th.x);
+      if (ko.dense && vis && tf != tf) ko.cand[(size_t)(t0 + ti) * ko.cap + (x - bt)] = make_comp(score_key(sc), x - bt);
+      ptx_st_shared_u32(ko.stage_s + (ti * WT_WG_KEYS + r) * 4, __float_as_uint(sc));
+      const bool keep = vis && (sc > tf || (sc == tf && (unsigned)(x - bt) <= th.y));
+      const unsigned mh = __ballot_sync(0xffffffffu, keep) & half;
+      if (lane == (hi2 ? 2 : 0)) ptx_st_shared_u32(ko.stage_s + (unsigned)offsetof(wt_stage, wmask) + (ti * 4 + wi) * 4, mh);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < (V >= 4 ? V / 4 : 1); i++) {
+      const int ti = chk * TPC + (V >= 4 ? 2 * i + (hi2 ? 1 : 0) : 0);
+      if (V < 4 && hi2) break;
+      if (ti >= nt) break;
+      const int L = grp->len[ti], bt = grp->begin[ti];
+      const float sc = FAST ? out[i] * ks : out[i];
+      if (x >= bt && x < bt + L) {
+        if constexpr (OUT == WT_OUT_KEYS) {
+          const uint32_t key = score_key(ok ? sc : -INFINITY);
+          ko.keys[ti * ko.stride + (x - bt - ko.pos0)] = key;
+          atomicAdd(&ko.hist[ti * TK_BINS + (key >> 21)], 1u);
+        } else if constexpr (OUT == WT_OUT_SAMPLE) {
+          const int j = (((x >> DSA_PREFILL_SAMPLE_SHIFT) - (bt >> DSA_PREFILL_SAMPLE_SHIFT)) << 6) + (x & 63);
+          p.scores[(long long)(t0 + ti) * p.scores_stride + j] = ok ? sc : -INFINITY;
+        } else {
+          p.scores[(long long)(t0 + ti) * p.scores_stride + (x - bt)] = ok ? sc : -INFINITY;
+        }
       }
-      else
-        p.scores[(long long)(t0 + ti) * p.scores_stride + (x - bt)] = ok ? sc : -INFINITY;
     }
   }
 }
 
 /* The chunk epilogue with FAST chosen at run time (once a chunk: both versions are unrolled). */
-template <int HP, int NC, bool FUSED>
+template <int HP, int NC, int OUT>
 static __device__ __forceinline__ void wt_chunk_epilogue_pick(bool fast, const dsa_scores_params &p, const sc_group *grp,
                                                               const float (&acc)[NC / 2], const float *wq_smem,
                                                               const float *w_smem, const float *qsc_smem, int chk,
                                                               int nt, int t0, int x0, float ks0, float ks1, int ok0,
-                                                              int ok1, int r0, int r1, int c, const wt_keys_out &ko) {
+                                                              int ok1, int r0, int r1, int lane, const wt_out_ctx &ko) {
   if (fast)
-    wt_chunk_epilogue<HP, NC, true, FUSED>(p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0, ok1,
-                                           r0, r1, c, ko);
+    wt_chunk_epilogue<HP, NC, true, OUT>(p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0, ok1,
+                                         r0, r1, lane, ko);
   else
-    wt_chunk_epilogue<HP, NC, false, FUSED>(p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0,
-                                            ok1, r0, r1, c, ko);
+    wt_chunk_epilogue<HP, NC, false, OUT>(p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0,
+                                          ok1, r0, r1, lane, ko);
+}
+
+/* ---- WT_OUT_FILTER: a staged tile appended to the tokens' lists ----
+ * At a tile's end (wt_filter_end_tile) warp 0 of the warpgroup sums each token's staged count, and
+ * lane j < nt reserves token j's place in its list with one atomic, whose result it needs only when
+ * that tile is appended: during the warpgroup's next tile, after the wgmma of its second chunk are
+ * issued (wt_filter_flush, also once after the warpgroup's last tile), so the atomic's round trip
+ * passes under a chunk of work; meanwhile the next tile fills the other buffer. A list's count may
+ * pass its capacity: what does not fit is dropped, and the select step rescores that token. */
+static __device__ __forceinline__ void wt_filter_flush(wt_out_ctx &ko, const sc_group *grp, int t0, int nt, int tw) {
+  if (!ko.pend) return;
+  wt_stage *st = &ko.stages[ko.cur ^ 1];
+  if (tw < SC_MAX_T) st->base[tw] = ko.pend_base;
+  ptx_bar_sync(ko.bar, 128);
+  const int total = st->total, x0 = st->x0;
+  for (int e = tw; e < total; e += 128) {
+    int j = 0; /* the last token whose keys start at or before e (the starts do not decrease) */
+    for (int jj = 1; jj < nt; jj++) j += st->pre[jj] <= e;
+    const int ej = e - st->pre[j];
+    const uint4 wm = *(const uint4 *)st->wmask[j];
+    const int c0 = __popc(wm.x), c1 = c0 + __popc(wm.y), c2 = c1 + __popc(wm.z);
+    const int w = (ej >= c0) + (ej >= c1) + (ej >= c2);
+    const unsigned mw = w == 0 ? wm.x : w == 1 ? wm.y : w == 2 ? wm.z : wm.w;
+    const int l = (int)__fns(mw, 0, ej - (w == 0 ? 0 : w == 1 ? c0 : w == 2 ? c1 : c2) + 1); /* its lane */
+    const int row = 16 * w + (l >> 2) + 8 * (l & 1);
+    const unsigned idx = st->base[j] + (unsigned)ej;
+    if (idx < (unsigned)ko.cap)
+      ko.cand[(size_t)(t0 + j) * ko.cap + idx] =
+          make_comp(score_key(__uint_as_float(st->key[j][row])), x0 + row - grp->begin[j]);
+  }
+  ko.pend = 0;
+}
+
+static __device__ __forceinline__ void wt_filter_end_tile(wt_out_ctx &ko, int t0, int nt, int x0, int tw) {
+  ptx_bar_sync(ko.bar, 128); /* every warp's keys and masks of the tile staged */
+  wt_stage *st = &ko.stages[ko.cur];
+  if (tw < 32) {
+    const int j = tw;
+    int n = 0;
+    if (j < nt) {
+      const uint4 wm = *(const uint4 *)st->wmask[j];
+      n = __popc(wm.x) + __popc(wm.y) + __popc(wm.z) + __popc(wm.w);
+    }
+    int incl = n;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, incl, o);
+      if (j >= o) incl += y;
+    }
+    if (j < SC_MAX_T) st->pre[j] = incl - n;
+    if (j == 31) st->total = incl;
+    if (j == 0) st->x0 = x0;
+    ko.pend_base = n > 0 ? atomicAdd(ko.count + t0 + j, (unsigned)n) : 0u;
+  }
+  ko.pend = 1;
+  ko.cur ^= 1;
+  ko.stage_s = ptx_smem_u32(&ko.stages[ko.cur]);
 }
 
 /* One warpgroup's scores of the 64-key tile in stage `st` (key coordinates x0 ..): for each chunk of
  * NC of the group's (token, head) columns, D[64, NC] by four e4m3 wgmma, then the chunk's epilogue
  * (wt_chunk_epilogue); -inf for keys outside the cache; stores the keys each token sees. wi = warp
- * within the warpgroup. */
-template <int HP, int NC, bool FUSED = false>
+ * within the warpgroup. WT_OUT_FILTER: the previous tile's keys appended after the second chunk's
+ * wgmma are issued, this tile's reserved at its end. */
+template <int HP, int NC, int OUT = WT_OUT_SCORES>
 static __device__ __forceinline__ void wt_tile_scores(const dsa_scores_params &p, const sc_group *grp,
                                                       const unsigned char *st, uint32_t q_addr, const float *wq_smem,
                                                       const float *w_smem, const float *qsc_smem, int chunks, int nt,
                                                       int t0, int x0, bool qscale_nonneg, int wi, int lane,
-                                                      const wt_keys_out &ko = wt_keys_out{nullptr, nullptr, 0, 0}) {
+                                                      wt_out_ctx &ko) {
   static_assert(NC >= HP && NC % HP == 0 && NC <= 256, "a chunk holds whole tokens");
-  const int c = lane & 3, rq = lane >> 2;
+  const int rq = lane >> 2;
   const int r0 = 16 * wi + rq, r1 = r0 + 8; /* this thread's two keys of the 64 */
   const uint32_t a_addr = ptx_smem_u32(st);
   const float ks0 = ((const float *)(st + WT_WG_ROWS_BYTES))[r0];
@@ -361,32 +488,36 @@ static __device__ __forceinline__ void wt_tile_scores(const dsa_scores_params &p
       ptx_wgmma_k32_e4m3<NC>(acc, da, db, ks > 0);
     }
     ptx_wgmma_commit();
+    if constexpr (OUT == WT_OUT_FILTER)
+      if (chk == (chunks > 1 ? 1 : 0)) wt_filter_flush(ko, grp, t0, nt, 32 * wi + lane);
     ptx_wgmma_wait<0>();
     ptx_reg_fence(acc);
-    wt_chunk_epilogue_pick<HP, NC, FUSED>(fast, p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0,
-                                          ok1, r0, r1, c, ko);
+    wt_chunk_epilogue_pick<HP, NC, OUT>(fast, p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0,
+                                        ok1, r0, r1, lane, ko);
   }
+  if constexpr (OUT == WT_OUT_FILTER) wt_filter_end_tile(ko, t0, nt, x0, 32 * wi + lane);
 }
 
 /* One warpgroup's scores of a 64-key tile on the f16 path, its keys already in kbuf (f16) and its
  * k-scales / validity flags read from the stage beforehand (ks0, ks1, ok0, ok1: the stage may be
- * refilled by now); the rest as wt_tile_scores. */
-template <int HP, int NC, bool FUSED = false>
+ * refilled by now); the rest as wt_tile_scores (WT_OUT_SCORES or WT_OUT_KEYS). */
+template <int HP, int NC, int OUT = WT_OUT_SCORES>
 static __device__ __forceinline__ void wt_tile_scores_f16(const dsa_scores_params &p, const sc_group *grp,
                                                           uint32_t kbuf, uint32_t q_addr, int qrows,
                                                           const float *wq_smem, const float *w_smem,
                                                           const float *qsc_smem, int chunks, int nt, int t0, int x0,
                                                           float ks0, float ks1, int ok0, int ok1, bool fast, int wi,
-                                                          int lane, const wt_keys_out &ko = wt_keys_out{nullptr, nullptr, 0, 0}) {
+                                                          int lane, const wt_out_ctx &ko) {
   static_assert(NC >= HP && NC % HP == 0 && NC <= 256, "a chunk holds whole tokens");
-  const int c = lane & 3, rq = lane >> 2;
+  static_assert(OUT == WT_OUT_SCORES || OUT == WT_OUT_KEYS, "the f16 path stores scores or keeps keys");
+  const int rq = lane >> 2;
   const int r0 = 16 * wi + rq, r1 = r0 + 8;
   for (int chk = 0; chk < chunks; chk++) {
     float acc[NC / 2];
     wt_chunk_mma_f16<NC>(acc, kbuf, q_addr, qrows, chk);
     ptx_wgmma_wait<0>();
     ptx_reg_fence(acc);
-    wt_chunk_epilogue_pick<HP, NC, FUSED>(fast, p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0,
-                                          ok1, r0, r1, c, ko);
+    wt_chunk_epilogue_pick<HP, NC, OUT>(fast, p, grp, acc, wq_smem, w_smem, qsc_smem, chk, nt, t0, x0, ks0, ks1, ok0,
+                                        ok1, r0, r1, lane, ko);
   }
 }

@@ -90,3 +90,90 @@ static __device__ __forceinline__ uint64_t tk_offset_comp(uint32_t key, uint32_t
   return ((uint64_t)(key - kmin) << 32) | (uint32_t)~(uint32_t)pos;
 }
 
+
+/* ---- the k-th largest of a list of composites (the fused prefill indexer: indexer/prefill_select.cu) ---- */
+
+/* A source of composites read from global memory a vector at a time: Src::V elements per load
+ * (src.load(v, n, c): elements v * V .. v * V + V - 1 of the n, 0 past n). bct_for_each applies f
+ * to each of the n elements, BCT_UNROLL vector loads a thread in flight before any is used (one load
+ * at a time left these passes waiting on L2 latency: ~1 us a step). 0 means no element. */
+#define BCT_UNROLL 8
+template <class Src, class F>
+static __device__ __forceinline__ void bct_for_each(const Src &src, int n, F &&f) {
+  constexpr int V = Src::V;
+  const int nv = (n + V - 1) / V, nt = blockDim.x;
+  for (int v0 = threadIdx.x; v0 < nv; v0 += nt * BCT_UNROLL) {
+    unsigned long long c[BCT_UNROLL][V];
+#pragma unroll
+    for (int u = 0; u < BCT_UNROLL; u++) {
+      if (v0 + u * nt < nv) src.load(v0 + u * nt, n, c[u]);
+      else
+#pragma unroll
+        for (int e = 0; e < V; e++) c[u][e] = 0ull;
+    }
+#pragma unroll
+    for (int u = 0; u < BCT_UNROLL; u++)
+#pragma unroll
+      for (int e = 0; e < V; e++)
+        if (c[u][e] != 0ull) f(c[u][e]);
+  }
+}
+
+/* Shared memory of block_comp_threshold: a histogram, the elements of the bin it narrows to once they
+ * fit (read from there instead of the source), find_bin's scratch. */
+#define BCT_LIST 8192
+typedef struct {
+  uint32_t hist[TK_BINS];
+  unsigned long long list[BCT_LIST];
+  int scratch[36];
+  int n_list;
+} bct_smem;
+
+/* The threshold t with exactly k of the n composites of src (0 = no element, never counted;
+ * composites are distinct) at or above it: radix passes of 11 bits from the top until the k-th's bin
+ * holds exactly what is still needed (t is that bin's lower edge). Reads the source once a pass until
+ * the bin's elements fit sm->list, then from there. Returns false (t undefined) when fewer than k
+ * elements are present. Every thread of the block calls it and gets the answer. */
+template <class Src>
+static __device__ bool block_comp_threshold(const Src &src, int n, int k, bct_smem *sm, unsigned long long *t) {
+  const int tid = threadIdx.x, nt = blockDim.x;
+  unsigned long long prefix = 0;
+  int shift = 64, need = k, m = 0;
+  bool in_list = false;
+  for (;;) {
+    const int width = shift < 11 ? shift : 11, nsh = shift - width, nb = 1 << width;
+    for (int b = tid; b < nb; b += nt) sm->hist[b] = 0;
+    __syncthreads();
+    const unsigned long long pre = shift == 64 ? 0ull : prefix >> shift;
+    const auto count = [&](unsigned long long c) {
+      if (shift == 64 || (c >> shift) == pre) atomicAdd(&sm->hist[(unsigned)(c >> nsh) & (unsigned)(nb - 1)], 1u);
+    };
+    if (in_list)
+      for (int i = tid; i < m; i += nt) count(sm->list[i]);
+    else
+      bct_for_each(src, n, count);
+    __syncthreads();
+    int higher;
+    const int bb = find_bin(sm->hist, nb, need, &higher, sm->scratch);
+    const int in_bb = (int)sm->hist[bb];
+    __syncthreads(); /* every thread read the bin before the next pass clears it */
+    if (higher + in_bb < need) return false; /* fewer than k elements */
+    need -= higher;
+    prefix |= (unsigned long long)bb << nsh;
+    shift = nsh;
+    if (in_bb == need || shift == 0) break;
+    if (!in_list && in_bb <= BCT_LIST) { /* the bin's elements into shared memory */
+      if (tid == 0) sm->n_list = 0;
+      __syncthreads();
+      const unsigned long long pre2 = prefix >> shift;
+      bct_for_each(src, n, [&](unsigned long long c) {
+        if ((c >> shift) == pre2) sm->list[atomicAdd(&sm->n_list, 1)] = c;
+      });
+      __syncthreads();
+      m = sm->n_list;
+      in_list = true;
+    }
+  }
+  *t = prefix;
+  return true;
+}

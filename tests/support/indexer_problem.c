@@ -273,7 +273,6 @@ void prefill_build(const prefill_case *c, prefill_prob *p) {
   const int64_t num_pages = ceil_div((int64_t)W + W / 4 + 100, P);
 
   ik_gen_rows(&p->k, P, num_pages);
-  ik_store_upload(&p->k);
 
   /* Workspace rows: a random permutation of the cache's slots; a few rows outside the cache. */
   const int32_t *perm = perm_i32(p->k.num_slots);
@@ -281,6 +280,18 @@ void prefill_build(const prefill_case *c, prefill_prob *p) {
   for (int w = 0; w < W; w++) p->slots_h[w] = perm[w];
   const int64_t bad_vals[3] = {p->k.num_slots + 17, -1, (int64_t)1 << 40};
   for (int b = 0; b < c->n_bad; b++) p->slots_h[c->bad_rows[b]] = bad_vals[b];
+
+  /* The rows' keys by c->keys (written into their slots before the cache is quantised) */
+  if (c->keys) {
+    uint16_t base[4][D_I];
+    for (int b = 0; b < 4; b++) fill_bf16(base[b], D_I, 1.0);
+    for (int w = 0; w < W; w++) {
+      uint16_t *row = p->k.rows + (int64_t)perm[w] * D_I;
+      if (c->keys == 1 || c->keys == 2) memcpy(row, base[c->keys == 1 ? 0 : (int)rng_below(4)], sizeof base[0]);
+      else if ((w / 64) % 16 == 0) fill_bf16(row, D_I, 1e-3); /* DSA_PREFILL_SAMPLE_STRIDE */
+    }
+  }
+  ik_store_upload(&p->k);
 
   p->starts = hmalloc((size_t)imax(T, 1) * 4);
   p->ends = hmalloc((size_t)imax(T, 1) * 4);

@@ -96,7 +96,12 @@ typedef struct {
   int n_bad;              /* rows whose slot is outside the cache: num_slots + 17, -1, 2^40 */
   int bad_rows[3];
   int exact_max_rows;     /* pass max_rows = the longest range instead of 0 */
-  int ws_cap_mib;         /* > 0: workspace_limit in MiB (reaches the deferred resolve) */
+  int ws_cap_mib;         /* > 0: workspace_limit in MiB (the deferred resolve; fused: smaller chunks) */
+  int keys;               /* workspace rows' keys: 0 random; 1 every one identical; 2 one of four;
+                             3 the fused indexer's sample tiles (rows w with w / 64 a multiple of
+                             DSA_PREFILL_SAMPLE_STRIDE) near zero, so that its threshold passes
+                             about half a long row (the select step's rescoring) */
+  int check_determinism;
   uint64_t seed;
 } prefill_case;
 

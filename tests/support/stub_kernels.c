@@ -31,6 +31,7 @@ void dsa_stub_begin_call(const void *ws, size_t ws_bytes) {
   s->scores_tokens = s->topk_tokens = s->store_tokens = s->mla_tokens = 0;
   s->mla_splits = 0;
   s->mla_need = 0;
+  s->scores_kernel = s->topk_kernel = s->topk_cluster = 0; /* a test reads what this call launched */
   s->violations = 0;
   s->first_violation[0] = 0;
 }
@@ -130,8 +131,8 @@ static int check_rows(const dsa_rows *r, int num_tokens) {
 
 /* ---- launchers ---- */
 
-/* What a scoring launch relies on (also the fused indexer's scoring half). */
-static int check_scores(const dsa_scores_params *p) {
+/* What a scoring launch relies on, its output aside (also the fused indexers' scoring). */
+static int check_scoring(const dsa_scores_params *p) {
   dsa_stub_state *s = &g_dsa_stub;
   int e;
   REQUIRE(p->num_tokens >= 1 && p->num_tokens <= DSA_SCORE_TOKENS_PER_LAUNCH, "scores num_tokens %d", p->num_tokens);
@@ -159,7 +160,13 @@ static int check_scores(const dsa_scores_params *p) {
   REQUIRE(q->weights && !misaligned(q->weights, q->weights_dtype == DSA_DTYPE_F32 ? 4 : 2), "query.weights %p",
           q->weights);
   REQUIRE(q->weights_stride >= q->num_heads, "weights_stride %lld", (long long)q->weights_stride);
-  if ((e = check_cache(&p->cache))) return e;
+  return check_cache(&p->cache);
+}
+
+/* ... and where its scores go. */
+static int check_scores(const dsa_scores_params *p) {
+  int e;
+  if ((e = check_scoring(p))) return e;
   REQUIRE(p->scores && !misaligned(p->scores, 4), "scores %p", (void *)p->scores);
   REQUIRE(p->scores_stride >= p->rows.max_len, "scores_stride %lld < max_len %d", (long long)p->scores_stride,
           p->rows.max_len);
@@ -180,6 +187,18 @@ int dsa_scores_launch(const dsa_scores_params *p, cudaStream_t stream) {
   s->scores_next += p->num_tokens;
   s->scores_tokens += p->num_tokens;
   return 0;
+}
+
+/* A fused indexer launch covers its tokens for both stages. */
+static void count_fused(const dsa_scores_params *p) {
+  dsa_stub_state *s = &g_dsa_stub;
+  s->fused_launches++;
+  s->scores_kernel = (int)p->kernel;
+  s->scores_next += p->num_tokens;
+  s->scores_tokens += p->num_tokens;
+  s->topk_next += p->num_tokens;
+  s->chunk_next = s->topk_next;
+  s->topk_tokens += p->num_tokens;
 }
 
 /* The fused indexer: a decode scoring launch on a wgmma scorer whose top-k runs in the same kernel;
@@ -204,13 +223,56 @@ int dsa_indexer_fused_launch(const dsa_scores_params *p, const dsa_fused_topk *f
   REQUIRE(f->out && !misaligned(f->out, 4), "fused out %p", (void *)f->out);
   REQUIRE(!misaligned(f->out_lens, 4), "fused out_lens %p", (void *)f->out_lens);
   if ((e = count_launch())) return e;
-  s->fused_launches++;
-  s->scores_kernel = (int)p->kernel;
-  s->scores_next += p->num_tokens;
-  s->scores_tokens += p->num_tokens;
-  s->topk_next += p->num_tokens;
-  s->chunk_next = s->topk_next;
-  s->topk_tokens += p->num_tokens;
+  count_fused(p);
+  return 0;
+}
+
+/* The fused prefill indexer: a prefill scoring launch on the FP8 wgmma scorer whose top-k runs in the
+ * same call; its state (the plan's layout for the launch's tokens, a chunk at most) in the workspace;
+ * it covers the launch's tokens for both stages. */
+int dsa_indexer_prefill_fused_launch(const dsa_scores_params *p, const dsa_prefill_select *sel, cudaStream_t stream) {
+  (void)stream;
+  dsa_stub_state *s = &g_dsa_stub;
+  int e;
+  REQUIRE(p->rows.mode == DSA_ROWS_PREFILL && p->kernel == DSA_SCORES_WGMMA && p->q.q_dtype == DSA_DTYPE_FP8_E4M3,
+          "fused prefill indexer for rows mode %d, scorer %d, q dtype %d", (int)p->rows.mode, (int)p->kernel,
+          (int)p->q.q_dtype);
+  REQUIRE(sel->topk >= 1 && sel->topk <= DSA_MAX_TOPK && p->skip_len == sel->topk && !p->fill_tail &&
+              p->rows.max_len > sel->topk,
+          "fused prefill topk %d, skip_len %d, fill_tail %d, max_len %d", sel->topk, p->skip_len, p->fill_tail,
+          p->rows.max_len);
+  REQUIRE(p->num_tokens <= DSA_PREFILL_FUSED_MAX_CHUNK, "fused prefill tokens %d", p->num_tokens);
+  REQUIRE(p->rows.token_begin == s->topk_next, "fused prefill launch begins at row %d, expected %lld",
+          p->rows.token_begin, (long long)s->topk_next);
+  if ((e = check_scoring(p))) return e;
+  /* the plan's state for this launch's tokens */
+  const int long_cap = dsa_prefill_cand_cap(sel->topk);
+  REQUIRE(sel->cap % 64 == 0 && sel->cap >= (p->rows.max_len < long_cap ? p->rows.max_len : long_cap) &&
+              sel->cap <= long_cap,
+          "fused prefill cap %d (max_len %d, topk %d)", sel->cap, p->rows.max_len, sel->topk);
+  REQUIRE((sel->sample != NULL) == (p->rows.max_len > sel->cap) &&
+              (!sel->sample || sel->sample_len == dsa_prefill_sample_len(p->rows.max_len)),
+          "fused prefill sample %p of %lld for max_len %d, cap %d", (void *)sel->sample, (long long)sel->sample_len,
+          p->rows.max_len, sel->cap);
+  const uint64_t n = (uint64_t)p->num_tokens;
+  REQUIRE(sel->tau && !misaligned(sel->tau, 8) && in_workspace(sel->tau) && fits_workspace(sel->tau, n * 8),
+          "fused prefill thresholds outside the workspace");
+  REQUIRE(sel->count && !misaligned(sel->count, 4) && in_workspace(sel->count) && fits_workspace(sel->count, n * 4),
+          "fused prefill counts outside the workspace");
+  REQUIRE(sel->cand && !misaligned(sel->cand, 16) && in_workspace(sel->cand) &&
+              fits_workspace(sel->cand, n * (uint64_t)sel->cap * 8),
+          "fused prefill candidates outside the workspace");
+  REQUIRE(!sel->sample || (!misaligned(sel->sample, 16) && in_workspace(sel->sample) &&
+                           fits_workspace(sel->sample, n * (uint64_t)sel->sample_len * 4)),
+          "fused prefill samples outside the workspace");
+  REQUIRE((uintptr_t)sel->tau + n * 8 <= (uintptr_t)sel->count &&
+              (uintptr_t)sel->count + n * 4 <= (uintptr_t)sel->cand &&
+              (!sel->sample || (uintptr_t)sel->cand + n * (uint64_t)sel->cap * 8 <= (uintptr_t)sel->sample),
+          "fused prefill state regions overlap");
+  REQUIRE(sel->out && !misaligned(sel->out, 4), "fused prefill out %p", (void *)sel->out);
+  REQUIRE(!misaligned(sel->out_lens, 4), "fused prefill out_lens %p", (void *)sel->out_lens);
+  if ((e = count_launch())) return e;
+  count_fused(p);
   return 0;
 }
 

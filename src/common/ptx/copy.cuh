@@ -62,6 +62,18 @@ __device__ __forceinline__ uint4 ptx_ld_shared_v4(uint32_t addr) {
   return v;
 }
 
+/* 4-byte shared store and 8-byte shared load by shared address (st.shared / ld.shared, §9.7.9.10 /
+ * §9.7.9.8), for shared data reached through pointers the compiler cannot prove shared (held in a
+ * struct), which it would otherwise access as generic memory. */
+__device__ __forceinline__ void ptx_st_shared_u32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint2 ptx_ld_shared_v2(uint32_t addr) {
+  uint2 v;
+  asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr) : "memory");
+  return v;
+}
+
 /* A 3-D tensor tile global -> shared by the TMA unit, completing `bar`'s transaction count (PTX ISA,
  * cp.async.bulk.tensor; tmap: the address of a __grid_constant__ CUtensorMap; out-of-bounds boxes
  * arrive zero-filled). */
