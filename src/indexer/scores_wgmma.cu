@@ -81,6 +81,11 @@ static_assert(WS_NS % 4 == 0 && WS_NS % WS_CONSUMERS == 0, "stage s: producer wa
 #define WS_MAX_SMEM (227 * 1024) /* dynamic shared memory a CTA may opt into on sm_90 */
 static_assert(WS_NS_SHARE % WS_CONSUMERS == 0, "stage s: consumer s % 3");
 static __host__ __device__ constexpr int ws_ns(bool share) { return share ? WS_NS_SHARE : WS_NS; }
+/* Key coordinates from one of a CTA's tiles to the next: 64, or for the sample pass
+ * (WT_OUT_SAMPLE) DSA_PREFILL_SAMPLE_STRIDE tiles of 64. */
+static __host__ __device__ constexpr int ws_tile_step(int out) {
+  return out == WT_OUT_SAMPLE ? 1 << DSA_PREFILL_SAMPLE_SHIFT : WT_WG_KEYS;
+}
 
 /* Named barriers (bar.sync ids; 0 is __syncthreads). */
 enum ws_barrier {
@@ -144,8 +149,7 @@ __global__ void __launch_bounds__(WS_THREADS, SHARE ? 2 : 1)
                         const dsa_fused_topk f, const dsa_prefill_select sel) {
   constexpr bool FUSED = OUT == WT_OUT_KEYS, FILTER = OUT == WT_OUT_FILTER;
   static_assert(OUT <= WT_OUT_KEYS || (!F16 && !TMA), "the prefill indexer's passes: FP8 q, cp.async keys");
-  /* key coordinates a tile apart: the sample pass scores one tile in DSA_PREFILL_SAMPLE_STRIDE */
-  constexpr int XSTEP = OUT == WT_OUT_SAMPLE ? 1 << DSA_PREFILL_SAMPLE_SHIFT : WT_WG_KEYS;
+  constexpr int XSTEP = ws_tile_step(OUT);
   extern __shared__ unsigned char smem_raw[];
   uint64_t *full = (uint64_t *)smem_raw; /* the ring's barriers; dynamic shared memory is >= 16-byte aligned */
   constexpr int NS = ws_ns(SHARE);
@@ -431,9 +435,7 @@ static int ws_launch(const dsa_scores_params *p, const CUtensorMap &kmap, cudaSt
   /* the f16 path's q rows take 256 B: more than 256 of them (a decode group of 5-8 tokens x 64 heads)
    * would not fit beside the ring and the key buffers (the choice table sends those to mma) */
   if (F16 && T * HP > 256) return FUSED ? DSA_FUSED_DECLINED : (int)cudaErrorInvalidValue;
-  /* the sample pass's tiles are DSA_PREFILL_SAMPLE_STRIDE tiles apart */
-  const int xstep = OUT == WT_OUT_SAMPLE ? 1 << DSA_PREFILL_SAMPLE_SHIFT : WT_WG_KEYS;
-  const int total_tiles = (int)(((int64_t)max_x + xstep - 1) / xstep);
+  const int total_tiles = (int)(((int64_t)max_x + ws_tile_step(OUT) - 1) / ws_tile_step(OUT));
   if (total_tiles == 0 || groups == 0) return FUSED ? DSA_FUSED_DECLINED : 0;
   /* one long-lived CTA an SM (512 threads x 128 registers fill its register file; its setup and the
    * ring's first fill paid once); two with SHARE (WS_NS_SHARE) */
@@ -498,23 +500,26 @@ extern "C" int dsa_indexer_fused_launch(const dsa_scores_params *p, const dsa_fu
 /* The fused prefill indexer's scoring passes (indexer/prefill_select.cu): FP8 q, prefill rows, the
  * cp.async scorer. The sample pass writes s->sample (rows s->sample_len apart) of tokens longer than
  * p->skip_len; the filtered pass appends to s->cand past the counts s->count. */
-extern "C" int dsa_scores_wgmma_sample_launch(const dsa_scores_params *p, const dsa_prefill_select *s,
-                                              cudaStream_t stream) {
+template <int OUT>
+static int ws_prefill_pass(const dsa_scores_params *p, const dsa_prefill_select *s, cudaStream_t stream) {
   if (p->q.q_dtype != DSA_DTYPE_FP8_E4M3 || p->rows.mode != DSA_ROWS_PREFILL || p->fill_tail)
     return (int)cudaErrorInvalidValue;
   CUtensorMap none;
   memset(&none, 0, sizeof none);
   dsa_scores_params q = *p;
-  q.scores = s->sample;
-  q.scores_stride = s->sample_len;
-  return ws_launch<false, false, WT_OUT_SAMPLE>(&q, none, stream, nullptr, s);
+  if (OUT == WT_OUT_SAMPLE) {
+    q.scores = s->sample;
+    q.scores_stride = s->sample_len;
+  }
+  return ws_launch<false, false, OUT>(&q, none, stream, nullptr, s);
+}
+
+extern "C" int dsa_scores_wgmma_sample_launch(const dsa_scores_params *p, const dsa_prefill_select *s,
+                                              cudaStream_t stream) {
+  return ws_prefill_pass<WT_OUT_SAMPLE>(p, s, stream);
 }
 
 extern "C" int dsa_scores_wgmma_filter_launch(const dsa_scores_params *p, const dsa_prefill_select *s,
                                               cudaStream_t stream) {
-  if (p->q.q_dtype != DSA_DTYPE_FP8_E4M3 || p->rows.mode != DSA_ROWS_PREFILL || p->fill_tail)
-    return (int)cudaErrorInvalidValue;
-  CUtensorMap none;
-  memset(&none, 0, sizeof none);
-  return ws_launch<false, false, WT_OUT_FILTER>(p, none, stream, nullptr, s);
+  return ws_prefill_pass<WT_OUT_FILTER>(p, s, stream);
 }
