@@ -258,11 +258,11 @@ int dsa_choose_attention(const dsa_sparse_mla_args *a, int num_sms) {
    * 4096 x 128 heads 6.34 ms (mma_split 15.5) */
   const int64_t units = (int64_t)a->num_tokens * ((a->num_heads + 63) / 64);
   if (a->num_heads >= HEADS_AS_M_MIN_HEADS && units >= HEADS_AS_M_MIN_UNITS) return DSA_ATTN_HEADS_AS_M;
-  /* rows_as_m: packed FP8 KV, <= 64 heads, from 32 tokens while its CTAs (32 heads each) make at
-   * most two waves: 64 x 16 heads 55.1 us (bf16 KV on mma_split: 71.3) */
-  const int64_t groups = (a->num_heads + 31) / 32;
-  if (a->kv_format == DSA_KV_FP8_PACKED && a->num_heads <= 64 && a->num_tokens >= 32 &&
-      (int64_t)a->num_tokens * groups <= 2 * (int64_t)num_sms)
+  /* rows_as_m: packed FP8 KV, <= 64 heads, from 32 tokens: 64 x 16 heads 55.1 us (bf16 KV on
+   * mma_split: 71.3); GLM's 4096-token chunk at 16 heads (128k) 3.06 ms against mma_split's 4.26
+   * (heads_as_m 3.16). It was capped at two waves of its CTAs, the largest batch the crossover
+   * sweep had run; nothing measured past the cap lost to mma_split. */
+  if (a->kv_format == DSA_KV_FP8_PACKED && a->num_heads <= 64 && a->num_tokens >= 32)
     return DSA_ATTN_ROWS_AS_M;
   /* mma_split: one token and small batches (decode 1 token x 16 / 64 / 128 heads 11.4 / 13.6 /
    * 17.2 us, the index list split over CTAs and combined) */

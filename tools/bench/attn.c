@@ -10,26 +10,41 @@
 #include "rng.h"
 
 /* attn: sparse MLA alone. Decode rows: `reqs` requests of one token, each over its own
- * ATTN_DECODE_S-token context; prefill rows: `tokens` tokens at the end of request 0's
- * ATTN_PREFILL_S-token context (token t sees ATTN_PREFILL_S - tokens + 1 + t positions). Each token
- * selects topk distinct random visible positions (Floyd's sampling), mapped to slots through the
- * request's block-table row: every entry valid, lens = topk. */
+ * ATTN_DECODE_S-token context; prefill rows: `tokens` tokens at the end of a `ctx`-token context
+ * (token t sees ctx - tokens + 1 + t positions; ctx 0: ATTN_PREFILL_S). A context is made of
+ * consecutive requests' block-table rows, each the pool's context a request (max(ATTN_DECODE_S,
+ * ATTN_PREFILL_S)), so the chunked row (GLM's 4096-token chunk at 16 heads, at the end of 128k) needs
+ * no pool of 128k a request. Each token selects topk distinct random visible positions (Floyd's
+ * sampling), mapped to slots through the block table: every entry valid, lens = topk. Random
+ * selections share few rows between tokens (at 128k two tokens' 2048 share 1.6 % on average); a real
+ * indexer's neighbouring tokens share more, so the chunked row is the no-sharing case. */
 typedef struct {
   const char *name;
   int prefill, reqs, tokens, heads;
+  int64_t ctx;
 } attn_shape;
 static const attn_shape ATTN_SHAPES[] = {
-    {"decode 1 x 16h", 0, 1, 1, 16},        {"decode 1 x 64h", 0, 1, 1, 64},
-    {"decode 1 x 128h", 0, 1, 1, 128},      {"decode 64 x 16h", 0, 64, 64, 16},
-    {"decode 64 x 64h", 0, 64, 64, 64},     {"decode 256 x 64h", 0, 256, 256, 64},
-    {"decode 128 x 128h", 0, 128, 128, 128}, {"prefill 64 x 16h", 1, 1, 64, 16},
-    {"prefill 64 x 64h", 1, 1, 64, 64},     {"prefill 64 x 128h", 1, 1, 64, 128},
-    {"prefill 4096 x 128h", 1, 1, 4096, 128},
+    {"decode 1 x 16h", 0, 1, 1, 16, 0},          {"decode 1 x 64h", 0, 1, 1, 64, 0},
+    {"decode 1 x 128h", 0, 1, 1, 128, 0},        {"decode 64 x 16h", 0, 64, 64, 16, 0},
+    {"decode 64 x 64h", 0, 64, 64, 64, 0},       {"decode 256 x 64h", 0, 256, 256, 64, 0},
+    {"decode 128 x 128h", 0, 128, 128, 128, 0},  {"prefill 64 x 16h", 1, 1, 64, 16, 0},
+    {"prefill 64 x 64h", 1, 1, 64, 64, 0},       {"prefill 64 x 128h", 1, 1, 64, 128, 0},
+    {"prefill 4096 x 128h", 1, 1, 4096, 128, 0}, {"chunked 4096 x 16h", 1, 1, 4096, 16, 131072},
 };
+#define ATTN_CHUNK_CTX_MAX 131072 /* the largest ctx above (the Floyd marks) */
+
+static int64_t attn_ctx(const attn_shape *sh) {
+  return sh->prefill ? (sh->ctx ? sh->ctx : ATTN_PREFILL_S) : ATTN_DECODE_S;
+}
+/* Pool rows (requests) one context spans: 1 for decode and the 16k prefill rows. */
+static int attn_ctx_rows(const bench *b, const attn_shape *sh) {
+  return sh->prefill ? (int)ceil_div(attn_ctx(sh), b->ppr * PAGE) : 1;
+}
 #define ATTN_NSHAPES ((int)(sizeof ATTN_SHAPES / sizeof ATTN_SHAPES[0]))
 
-/* Replica j (--cold): requests j x reqs + t (decode) or j (prefill), written to d_topk / d_lens
- * (j = 0) or the replica's top-k (h_topk / h_lens keep replica 0's for --check). */
+/* Replica j (--cold): requests j x reqs + t (decode) or the context of rows j x attn_ctx_rows ..
+ * (prefill), written to d_topk / d_lens (j = 0) or the replica's top-k (h_topk / h_lens keep
+ * replica 0's for --check). */
 static void make_attn_indices(bench *b, const attn_shape *sh, dsa_rng *r, int j) {
   const int k = b->o.topk;
   int32_t *keep_topk = NULL, *keep_lens = NULL;
@@ -39,9 +54,10 @@ static void make_attn_indices(bench *b, const attn_shape *sh, dsa_rng *r, int j)
     memcpy(keep_topk, b->h_topk, sizeof(int32_t) * (size_t)sh->tokens * k);
     memcpy(keep_lens, b->h_lens, sizeof(int32_t) * (size_t)sh->tokens);
   }
+  const int64_t ctx = attn_ctx(sh), row_len = b->ppr * PAGE;
   for (int t = 0; t < sh->tokens; t++) {
-    const int req = sh->prefill ? j : j * sh->reqs + t;
-    const int64_t L = sh->prefill ? ATTN_PREFILL_S - sh->tokens + 1 + t : ATTN_DECODE_S;
+    const int req = sh->prefill ? j * attn_ctx_rows(b, sh) : j * sh->reqs + t; /* the context's first row */
+    const int64_t L = sh->prefill ? ctx - sh->tokens + 1 + t : ctx;
     const int n = (int)imin64(k, L);
     int32_t *row = b->h_topk + (size_t)t * k, *pos = b->ref_topk; /* ref_topk: [topk] scratch */
     for (int64_t i = L - n, e = 0; i < L; i++, e++) { /* Floyd: n distinct positions of [0, L) */
@@ -52,7 +68,8 @@ static void make_attn_indices(bench *b, const attn_shape *sh, dsa_rng *r, int j)
     }
     for (int e = 0; e < n; e++) {
       b->mark[pos[e]] = 0;
-      row[e] = b->h_block_table[(int64_t)req * b->ppr + pos[e] / PAGE] * PAGE + pos[e] % PAGE;
+      const int64_t rq = req + pos[e] / row_len, pr = pos[e] % row_len; /* pool row, position in it */
+      row[e] = b->h_block_table[rq * b->ppr + pr / PAGE] * PAGE + (int32_t)(pr % PAGE);
     }
     for (int e = n; e < k; e++) row[e] = -1;
     b->h_lens[t] = n;
@@ -79,7 +96,7 @@ static void run_attn_row(bench *b, row_result *row, const attn_shape *sh, int st
   row->q_len = sh->prefill ? T : 1;
   row->tokens = T;
   row->heads = H;
-  row->S = sh->prefill ? ATTN_PREFILL_S : ATTN_DECODE_S;
+  row->S = attn_ctx(sh);
   dsa_rng r = dsa_rng_make(o->seed, 100 + (uint64_t)stream_id);
   make_attn_indices(b, sh, &r, 0);
   for (int t = 0; t < T; t++) row->selected += b->h_lens[t];
@@ -93,7 +110,7 @@ static void run_attn_row(bench *b, row_result *row, const attn_shape *sh, int st
   CK(cudaGetLastError());
   /* --cold: replicas 1..K-1 select from other requests' contexts (their own indices, q copies) */
   const int need = cold_need(b, (double)row->selected * (double)b->kv_slot_bytes);
-  const int per_replica = sh->prefill ? 1 : sh->reqs;
+  const int per_replica = sh->prefill ? attn_ctx_rows(b, sh) : sh->reqs;
   const int K = (int)imin64(imin64(need, COLD_MAX_REPLICAS), imax64(1, b->n_req / per_replica));
   cold_queries(b, K, T, H);
   dsa_sparse_mla_args *mr = xmalloc(sizeof *mr * (size_t)K);
@@ -142,6 +159,9 @@ int attn_main(bench *b, row_result **rows_out) {
   row_result *rows = *rows_out = xmalloc(sizeof(row_result) * (size_t)nshapes);
   printf("dsa-bench attn on %s (dsa %s)\n", b->dev_name, dsa_version());
   setup(b, max_R, imax64(ATTN_DECODE_S, ATTN_PREFILL_S), max_T, max_H, 0);
+  free(b->mark); /* Floyd's marks over the longest context (a chunked row spans several pool rows) */
+  b->mark = xmalloc(ATTN_CHUNK_CTX_MAX);
+  memset(b->mark, 0, ATTN_CHUNK_CTX_MAX);
   for (int i = 0; i < nshapes; i++) {
     if (o->shape && !strstr(shapes[i].name, o->shape)) continue;
     run_attn_row(b, &rows[nrows], &shapes[i], i);

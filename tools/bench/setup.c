@@ -277,6 +277,7 @@ void setup(bench *b, int n_req, int64_t max_S, int max_tokens, int max_heads, si
   b->no_bad_pos = xmalloc((size_t)max_S);
   memset(b->no_bad_pos, 0, (size_t)max_S);
   b->mark = xmalloc((size_t)max_S);
+  memset(b->mark, 0, (size_t)max_S); /* Floyd's sampling: a set mark means the position is taken */
   b->ref_topk = xmalloc(sizeof(int32_t) * (size_t)o->topk);
   b->h_score_row = xmalloc(sizeof(float) * (size_t)max_S);
 
