@@ -6,9 +6,9 @@
 # Usage: dev/device_modes.sh MODE [extra dsa-bench args...]
 #   tools      the dev/ tools: sm90 microbench, the mma_split and rows_as_m traces, the heads_as_m
 #              modes, the plain wgmma scorer against the library
-#   crossover  attention over decode batches 1..256 at 16 / 64 / 128 heads, FP8 KV, each kernel
-#              forced (DSA_KERNEL=attention:...) and the library's choice: where the table's rows
-#              should change
+#   crossover  attention over decode batches 1..256 at 16 / 32 / 64 / 128 heads (16 and 32 heads on to
+#              4096, the GLM chunk's token count), FP8 KV, each kernel forced
+#              (DSA_KERNEL=attention:...) and the library's choice: where the table's rows should change
 #   scores     dsa-bench glm --check at 8k / 128k / 1M with each scorer forced and the choice; the
 #              QGMMA / UTMALDG counts of libdsa
 #   prefill    the fused prefill indexer: test_gpu_indexer with the library's choice, and it, _api and
@@ -71,10 +71,12 @@ tools)
   done
   ;;
 crossover)
-  for h in 16 64 128; do
+  for h in 16 32 64 128; do
+    batches=1,2,4,8,16,32,64,128,256
+    [ $h -le 32 ] && batches=$batches,512,1024,2048,4096
     for k in choice mma_split rows_as_m heads_as_m; do
       envk=(); [ $k != choice ] && envk=(DSA_KERNEL=attention:$k)
-      env "${envk[@]}" timeout 120 "$B/dsa-bench" attn --kv fp8 --heads $h --batches 1,2,4,8,16,32,64,128,256 \
+      env "${envk[@]}" timeout 240 "$B/dsa-bench" attn --kv fp8 --heads $h --batches $batches \
         --json "$OUT/crossover-h$h-$k.json" >"$OUT/crossover-h$h-$k.log" 2>&1 || rc=1
       sed -n '/== sparse/,$p' "$OUT/crossover-h$h-$k.log" | grep -v "^%" | grep decode | awk -v k=$k '{print k, $0}'
     done
