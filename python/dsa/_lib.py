@@ -2,8 +2,10 @@
 
 The structs mirror dsa.h field by field; the test suite checks every size and offset against the C
 compiler's (tests/support/abi_dump.c). The library is loaded on first use, so ``import dsa`` works
-on any machine; loading needs the CUDA runtime (libcudart.so.13), found through libdsa's RPATH, a
-copy already loaded by the process (PyTorch's), or the ``nvidia-cuda-runtime`` wheel.
+on any machine. The wheel's libdsa links the CUDA runtime statically and needs only the driver; a
+libdsa built with the shared runtime (DSA_LIBRARY pointing at a C build) needs libcudart.so.13,
+found through its RPATH, a copy already loaded by the process (PyTorch's), or the
+``nvidia-cuda-runtime`` wheel.
 """
 
 from __future__ import annotations
