@@ -17,6 +17,10 @@
 #              at 128k and 1M (the library's choice, and 128k separate); one table of scores / indexer
 #              ms and the indexer's workspace.
 #              PREFILL_STEPS picks some of "tests sanitize bench chunk" (default all)
+#   wheel      the wheel as a user gets it (issue 23): .whl/dsa-*.whl, built and repaired here by
+#              .ci/run's steps and carried (`carry: [".whl"]`), installed with pip --target (the
+#              machine installs nothing from the network), then python/tests' GPU tests and
+#              torch.ops.dsa's (test_gpu.py, test_ops.py) against that install
 #   compare    builds side by side, carried to the machine: DSA_COMPARE="label=dir[:DSA_KERNEL value]
 #              ..."; per entry the indexer, top-k and attention test programs and dsa-bench glm
 #              (extra args, default --sizes 8k,128k,1M) --check; one table of scores / top-k ms
@@ -34,7 +38,8 @@ if [ "$mode" = prefill ] && [ ! -x "$B/test_gpu_indexer" ]; then
   { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSA_BUILD_DEV=OFF -DDSA_BUILD_EXAMPLES=OFF &&
     cmake --build "$B" -j --target test_gpu_indexer test_gpu_api test_gpu_garbage dsa-bench; } \
     >"$OUT/cmake.log" 2>&1 || { tail -n 30 "$OUT/cmake.log"; exit 1; }
-elif [ "$mode" != compare ] && [ "$mode" != prefill ] && [ ! -x "$B/dev/dsa-dev-sm90-microbench" ]; then
+elif [ "$mode" != compare ] && [ "$mode" != prefill ] && [ "$mode" != wheel ] &&
+  [ ! -x "$B/dev/dsa-dev-sm90-microbench" ]; then
   B=build-dev
   echo "building in $B"
   { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSA_BUILD_DEV=ON && cmake --build "$B" -j; } \
@@ -157,8 +162,19 @@ compare)
   done
   glm_table "${files[@]}"
   ;;
+wheel)
+  whl=$(ls .whl/dsa-*-py3-none-manylinux_*.whl 2>/dev/null | head -1)
+  [ -n "$whl" ] || { echo "wheel: no .whl/dsa-*-py3-none-manylinux_*.whl carried" >&2; exit 1; }
+  rm -rf /tmp/dsa-site && python3 -m pip install -q --no-index --no-deps --target /tmp/dsa-site "$whl" ||
+    { echo "wheel: pip install failed" >&2; exit 1; }
+  echo "installed $(basename "$whl") with $(python3 --version) (torch $(python3 -c 'import torch; print(torch.__version__)'))"
+  PYTHONPATH=/tmp/dsa-site timeout 500 python3 -m pytest -q -p no:cacheprovider --import-mode=importlib \
+    python/tests/test_gpu.py python/tests/test_ops.py >"$OUT/wheel-pytest.log" 2>&1 || rc=1
+  PYTHONPATH=/tmp/dsa-site python3 -c "import dsa; print('dsa', dsa.version(), 'from', dsa.__file__)"
+  tail -n 15 "$OUT/wheel-pytest.log"
+  ;;
 *)
-  echo "device_modes: unknown mode '$mode' (tools, crossover, scores, compare)" >&2
+  echo "device_modes: unknown mode '$mode' (tools, crossover, scores, prefill, compare, wheel)" >&2
   exit 2
   ;;
 esac
