@@ -19,11 +19,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/ptx/sync.cuh"
+
 __global__ void __launch_bounds__(512, 2) named_barrier_pattern(int *out, int mode) {
   __shared__ int slot[32];
   const int tid = threadIdx.x, warp = tid >> 5;
-  if (mode >= 1 && warp >= 4) asm volatile("bar.sync 1, 384;" ::: "memory");
-  if (mode >= 2 && warp < 4) asm volatile("bar.sync 2, 128;" ::: "memory");
+  if (mode >= 1 && warp >= 4) ptx_bar_sync(1, 384);
+  if (mode >= 2 && warp < 4) ptx_bar_sync(2, 128);
   __syncthreads();
   if (tid < 32) slot[tid] = -1; /* the default answer */
   __syncthreads();
