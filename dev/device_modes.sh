@@ -20,7 +20,8 @@
 #   wheel      the wheel as a user gets it (issue 23): .whl/dsa-*.whl, built and repaired here by
 #              .ci/run's steps and carried (`carry: [".whl"]`), installed with pip --target (the
 #              machine installs nothing from the network), then python/tests' GPU tests and
-#              torch.ops.dsa's (test_gpu.py, test_ops.py) against that install
+#              torch.ops.dsa's (test_gpu.py, test_ops.py) against that install, and the host cost a
+#              call against torch.add's (dev/python_overhead.py)
 #   compare    builds side by side, carried to the machine: DSA_COMPARE="label=dir[:DSA_KERNEL value]
 #              ..."; per entry the indexer, top-k and attention test programs and dsa-bench glm
 #              (extra args, default --sizes 8k,128k,1M) --check; one table of scores / top-k ms
@@ -171,7 +172,9 @@ wheel)
   PYTHONPATH=/tmp/dsa-site timeout 500 python3 -m pytest -q -p no:cacheprovider --import-mode=importlib \
     python/tests/test_gpu.py python/tests/test_ops.py >"$OUT/wheel-pytest.log" 2>&1 || rc=1
   PYTHONPATH=/tmp/dsa-site python3 -c "import dsa; print('dsa', dsa.version(), 'from', dsa.__file__)"
+  PYTHONPATH=/tmp/dsa-site timeout 120 python3 dev/python_overhead.py >"$OUT/python-overhead.log" 2>&1 || rc=1
   tail -n 15 "$OUT/wheel-pytest.log"
+  cat "$OUT/python-overhead.log"
   ;;
 *)
   echo "device_modes: unknown mode '$mode' (tools, crossover, scores, prefill, compare, wheel)" >&2

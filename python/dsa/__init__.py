@@ -98,11 +98,11 @@ def _arg(fn: str, name: str, x: Any, dtypes: Tuple[str, ...], shape: Tuple[Optio
     """A View of x, checked: dtype in dtypes, len(shape) dims with the given sizes (None = any),
     layout "contiguous" or "rows" (last dim contiguous, rows at any stride >= the row length)."""
     v = view(x, fn, name)
-    want = " or ".join(dtype_name(d) for d in dtypes)
-    dims = "[" + ", ".join("*" if n is None else str(n) for n in shape) + "]"
     if v.dtype not in dtypes or len(v.shape) != len(shape) or any(
         n is not None and n != m for n, m in zip(shape, v.shape)
     ):
+        want = " or ".join(dtype_name(d) for d in dtypes)
+        dims = "[" + ", ".join("*" if n is None else str(n) for n in shape) + "]"
         raise DsaArgumentError(f"{fn}: {name} must be {want} {dims}, got {describe(v)}")
     if layout == "contiguous" and not v.is_contiguous():
         raise DsaArgumentError(f"{fn}: {name} must be contiguous, got strides {list(v.strides)}")
@@ -129,10 +129,15 @@ def _row_stride(v: View) -> int:
 
 
 def _same_device(fn: str, views: dict) -> Optional[int]:
-    devs = {name: v.device for name, v in views.items() if v is not None and v.device is not None}
-    if len(set(devs.values())) > 1:
-        raise DsaArgumentError(f"{fn}: arrays are on different devices: {devs}")
-    return next(iter(devs.values()), None)
+    dev = None
+    for v in views.values():
+        if v is not None and v.device is not None:
+            if dev is None:
+                dev = v.device
+            elif v.device != dev:
+                devs = {name: v.device for name, v in views.items() if v is not None and v.device is not None}
+                raise DsaArgumentError(f"{fn}: arrays are on different devices: {devs}")
+    return dev
 
 
 def _stream(stream: Any, views: list, device: Optional[int]) -> int:

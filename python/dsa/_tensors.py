@@ -48,6 +48,7 @@ class View:
     device: Optional[int]  # CUDA ordinal when known
     obj: Any = field(repr=False, default=None)  # the array itself (allocation reference)
     keep: Any = field(repr=False, default=None)  # what must stay alive during the call
+    contiguous: Optional[bool] = field(repr=False, default=None)  # known already (PyTorch's own answer)
 
     @property
     def itemsize(self) -> int:
@@ -62,6 +63,8 @@ class View:
         return (last + 1) * self.itemsize
 
     def is_contiguous(self) -> bool:
+        if self.contiguous is not None:
+            return self.contiguous
         expect = 1
         for n, st in zip(reversed(self.shape), reversed(self.strides)):
             if n != 1 and st != expect:
@@ -74,13 +77,20 @@ def dtype_name(d: str) -> str:
     return _DTYPE_NAMES.get(d, d)
 
 
+_torch_dtype_of: dict = {}  # torch dtype object -> name, filled as dtypes are met (str(dtype) once each)
+
+
 def _torch_view(x: Any) -> View:
-    if x.device.type != "cuda":
+    if not x.is_cuda:
         raise DsaArgumentError(f"is on device '{x.device}', not a CUDA device")
-    dt = _TORCH_DTYPES.get(str(x.dtype))
+    d = x.dtype
+    dt = _torch_dtype_of.get(d)
     if dt is None:
-        raise DsaArgumentError(f"has dtype {x.dtype}, which dsa does not take")
-    return View(x.data_ptr(), tuple(x.shape), tuple(x.stride()), dt, "torch", x.device.index, x, x)
+        dt = _TORCH_DTYPES.get(str(d))
+        if dt is None:
+            raise DsaArgumentError(f"has dtype {d}, which dsa does not take")
+        _torch_dtype_of[d] = dt
+    return View(x.data_ptr(), tuple(x.shape), x.stride(), dt, "torch", x.get_device(), x, x, x.is_contiguous())
 
 
 def _cai_view(x: Any, cai: dict) -> View:
@@ -185,6 +195,9 @@ def current_stream(views: Sequence[View], device: Optional[int]) -> int:
     fws = {v.framework for v in views}
     if "torch" in fws and "torch" in sys.modules:
         torch = sys.modules["torch"]
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # the handle, no Stream object made
+        if raw is not None:
+            return int(raw(torch.cuda.current_device() if device is None else device))
         return int(torch.cuda.current_stream(device).cuda_stream)
     if "cupy" in fws and "cupy" in sys.modules:
         return int(sys.modules["cupy"].cuda.get_current_stream().ptr)

@@ -48,8 +48,8 @@ class _FakeDevice:
 
 
 class FakeTorch:
-    """Looks like a torch.Tensor to dsa (module 'torch', data_ptr, dtype, stride, device): lets bf16
-    arguments be faked without PyTorch. Never dereferenced."""
+    """Looks like a torch.Tensor to dsa (module 'torch': data_ptr, dtype, stride, device, is_cuda,
+    get_device, is_contiguous): lets bf16 arguments be faked without PyTorch. Never dereferenced."""
 
     def __init__(self, shape, dtype="bfloat16", strides=None, device="cuda"):
         self.shape = tuple(shape)
@@ -70,6 +70,21 @@ class FakeTorch:
 
     def stride(self):
         return self._strides
+
+    @property
+    def is_cuda(self):
+        return self.device.type == "cuda"
+
+    def get_device(self):
+        return self.device.index if self.is_cuda else -1
+
+    def is_contiguous(self):  # torch's rule: strides of size-1 dims do not matter
+        expect = 1
+        for n, st in zip(reversed(self.shape), reversed(self._strides)):
+            if n != 1 and st != expect:
+                return False
+            expect *= n
+        return True
 
 
 FakeTorch.__module__ = "torch"
@@ -192,7 +207,9 @@ def test_attention_and_store_errors():
     with pytest.raises(dsa.DsaError) as e:
         out = FakeTorch((2, 16, 512))
         out._ptr += 8
-        dsa.sparse_mla(q, Fake((10, 656), U8), idx, softmax_scale=0.1, out=out, workspace=Fake((1 << 24,), U8))
+        # stream=0: with PyTorch imported (test_ops.py) a FakeTorch would ask it for the current stream
+        dsa.sparse_mla(q, Fake((10, 656), U8), idx, softmax_scale=0.1, out=out, workspace=Fake((1 << 24,), U8),
+                       stream=0)
     assert e.value.status == _lib.DSA_ERR_MISALIGNED and "out" in e.value.message
 
 
@@ -275,4 +292,4 @@ def test_cp_c_checks():
                        lens=Fake((3,), I32))
     with pytest.raises(dsa.DsaError, match=r"dsa_lse_combine: num_parts = 9"):
         dsa.lse_combine(Fake((9, 3, 16, 512), F32), Fake((9, 3, 16), F32), out=FakeTorch((3, 16, 512)),
-                        lse=Fake((3, 16), F32))
+                        lse=Fake((3, 16), F32), stream=0)

@@ -1,0 +1,97 @@
+"""Host cost of dsa's Python calls against torch.add's, in one run (issue 23: each eager call should cost
+at most 1.5x a torch.add on a tiny tensor).
+
+For each public call at a small shape (so the GPU keeps up and the loop measures the host), the wall
+time per call of N calls issued back to back, with outputs given (and workspace given) and with
+outputs allocated by the call; beside it torch.add on 16 floats (output allocated, and out= given).
+One synchronisation after each loop. Needs PyTorch and an sm_90 GPU; run from the repository root:
+
+    PYTHONPATH=python python3 dev/python_overhead.py        # or with the wheel installed
+"""
+
+import time
+
+import torch
+
+import dsa
+import dsa.ops  # noqa: F401  (torch.ops.dsa, timed too)
+
+N = 2000
+DEV = torch.device("cuda")
+P, HI, K, H = 64, 32, 2048, 16
+
+
+def per_call_us(fn, n=N):
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    host = (time.perf_counter() - t) / n * 1e6
+    torch.cuda.synchronize()
+    return host
+
+
+def main():
+    g = torch.Generator(device=DEV).manual_seed(0)
+    a = torch.randn(16, device=DEV)
+    b = torch.randn(16, device=DEV)
+    c = torch.empty(16, device=DEV)
+    rows = [("torch.add (16 floats)", per_call_us(lambda: torch.add(a, b))),
+            ("torch.add (16 floats, out=)", per_call_us(lambda: torch.add(a, b, out=c)))]
+
+    # one request, 8k context: the decode step's calls
+    S = 8192
+    pages = S // P
+    block_table = torch.randperm(pages, device=DEV, generator=g).to(torch.int32).view(1, pages)
+    index_k_cache = torch.zeros(pages, P * 132, dtype=torch.uint8, device=DEV)
+    kv_cache = torch.zeros(pages, P, 656, dtype=torch.uint8, device=DEV)
+    seq_lens = torch.full((1,), S, dtype=torch.int32, device=DEV)
+    slot = torch.zeros(1, dtype=torch.int64, device=DEV)
+    k_index = torch.randn(1, 128, device=DEV).to(torch.bfloat16)
+    kv = torch.randn(1, 576, device=DEV).to(torch.bfloat16)
+    q_index = torch.zeros(1, HI, 128, dtype=torch.float8_e4m3fn, device=DEV)
+    q_scale = torch.ones(1, HI, device=DEV)
+    weights = torch.ones(1, HI, device=DEV)
+    q = torch.randn(1, H, 576, device=DEV).to(torch.bfloat16)
+    idx = torch.empty(1, K, dtype=torch.int32, device=DEV)
+    lens = torch.empty(1, dtype=torch.int32, device=DEV)
+    out = torch.empty(1, H, 512, dtype=torch.bfloat16, device=DEV)
+    scale = HI ** -0.5 / 128 ** 0.5
+    ws_i = torch.empty(max(1, dsa.indexer_decode_workspace_size(q_index, weights, index_k_cache, seq_lens, block_table,
+                                                                topk=K, softmax_scale=scale, q_scale=q_scale)),
+                       dtype=torch.uint8, device=DEV)
+    scores = torch.randn(1, S, device=DEV)
+    ws_t = torch.empty(max(1, dsa.topk_workspace_size(scores, topk=K)), dtype=torch.uint8, device=DEV)
+    dsa.indexer_decode(q_index, weights, index_k_cache, seq_lens, block_table, topk=K, softmax_scale=scale,
+                       q_scale=q_scale, topk_indices=idx, topk_lens=lens)
+    ws_a = torch.empty(max(1, dsa.sparse_mla_workspace_size(q, kv_cache, idx, softmax_scale=0.1)), dtype=torch.uint8,
+                       device=DEV)
+    calls = [
+        ("index_k_store", lambda: dsa.index_k_store(k_index, slot, index_k_cache), None),
+        ("mla_kv_store", lambda: dsa.mla_kv_store(kv, slot, kv_cache), None),
+        ("indexer_decode", lambda: dsa.indexer_decode(q_index, weights, index_k_cache, seq_lens, block_table, topk=K,
+                                                      softmax_scale=scale, q_scale=q_scale),
+         lambda: dsa.indexer_decode(q_index, weights, index_k_cache, seq_lens, block_table, topk=K,
+                                    softmax_scale=scale, q_scale=q_scale, topk_indices=idx, topk_lens=lens,
+                                    workspace=ws_i)),
+        ("topk", lambda: dsa.topk(scores, topk=K),
+         lambda: dsa.topk(scores, topk=K, indices=idx, lens=lens, workspace=ws_t)),
+        ("sparse_mla", lambda: dsa.sparse_mla(q, kv_cache, idx, lens=lens, softmax_scale=0.1),
+         lambda: dsa.sparse_mla(q, kv_cache, idx, lens=lens, softmax_scale=0.1, out=out, workspace=ws_a)),
+        ("torch.ops.dsa.sparse_mla", lambda: torch.ops.dsa.sparse_mla(q, kv_cache, idx, 0.1, lens), None),
+    ]
+    for name, alloc, given in calls:
+        rows.append((f"dsa.{name}" if not name.startswith("torch") else name, per_call_us(alloc)))
+        if given is not None:
+            rows.append((f"dsa.{name} (outputs, workspace given)", per_call_us(given)))
+    base = rows[0][1]
+    print(f"dsa {dsa.version()} on {torch.cuda.get_device_name()}, torch {torch.__version__}: host us a call "
+          f"(N = {N}, back to back)")
+    for name, us in rows:
+        print(f"  {name:48s} {us:7.1f} us  {us / base:5.2f}x torch.add")
+
+
+if __name__ == "__main__":
+    main()
