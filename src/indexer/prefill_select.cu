@@ -261,27 +261,7 @@ __global__ void __launch_bounds__(PS_THREADS) prefill_select_kernel(const dsa_sc
     }
   });
   __syncthreads();
-  const int n_sel = min(sm->n_sel, k);
-  const int pos_bits = 32 - __clz(L);
-  const unsigned pad = (1u << pos_bits) - 1u;
-  unsigned items[PS_SORT_ITEMS];
-#pragma unroll
-  for (int j = 0; j < PS_SORT_ITEMS; j++) {
-    const int i = tid * PS_SORT_ITEMS + j;
-    items[j] = i < n_sel ? (unsigned)sm->sel[i] : pad;
-  }
-  ps_sort(sm->sort).Sort(items, 0, pos_bits);
-  int outv[PS_SORT_ITEMS]; /* every lookup in flight before any store */
-#pragma unroll
-  for (int j = 0; j < PS_SORT_ITEMS; j++) {
-    const int i = tid * PS_SORT_ITEMS + j;
-    outv[j] = i < n_sel && items[j] < (unsigned)L ? rows_output(p.rows, t, (int)items[j]) : -1;
-  }
-#pragma unroll
-  for (int j = 0; j < PS_SORT_ITEMS; j++) {
-    const int i = tid * PS_SORT_ITEMS + j;
-    if (i < s.topk) out[i] = outv[j];
-  }
+  sorted_rows_output<ps_sort, PS_SORT_ITEMS>(sm->sort, sm->sel, min(sm->n_sel, k), L, s.topk, p.rows, t, out, tid);
 }
 
 extern "C" int dsa_indexer_prefill_fused_launch(const dsa_scores_params *p, const dsa_prefill_select *s,

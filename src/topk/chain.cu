@@ -285,28 +285,7 @@ __global__ void __launch_bounds__(TK_RESOLVE_THREADS, 1) topk_resolve_kernel(con
     }
   }
   __syncthreads();
-  /* Deterministic order: ascending position. Positions are < L < 2^pos_bits; the pad sorts last. */
-  const int pos_bits = 32 - __clz(L);
-  const unsigned pad = (1u << pos_bits) - 1u;
-  unsigned items[TK_SORT_ITEMS];
-#pragma unroll
-  for (int j = 0; j < TK_SORT_ITEMS; j++) {
-    const int i = tid * TK_SORT_ITEMS + j;
-    items[j] = i < k ? (unsigned)sel[i] : pad;
-  }
-  tk_sort(*sort_tmp).Sort(items, 0, pos_bits);
-  /* every lookup (block table) in flight before any store: a store between them would order them */
-  int outv[TK_SORT_ITEMS];
-#pragma unroll
-  for (int j = 0; j < TK_SORT_ITEMS; j++) {
-    const int i = tid * TK_SORT_ITEMS + j;
-    outv[j] = i < k && items[j] < (unsigned)L ? rows_output(p.rows, row, (int)items[j]) : -1;
-  }
-#pragma unroll
-  for (int j = 0; j < TK_SORT_ITEMS; j++) {
-    const int i = tid * TK_SORT_ITEMS + j;
-    if (i < p.topk) out[i] = outv[j];
-  }
+  sorted_rows_output<tk_sort, TK_SORT_ITEMS>(*sort_tmp, sel, k, L, p.topk, p.rows, row, out, tid);
 }
 
 

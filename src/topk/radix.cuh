@@ -1,6 +1,7 @@
 /*
- * topk/radix.cuh — what the three top-k kernels (registers.cu, slices.cu, chain.cu) share: the order
- * they select by and the pieces of a radix select.
+ * topk/radix.cuh — what the three top-k kernels (registers.cu, slices.cu, chain.cu) and the fused
+ * prefill indexer's select (indexer/prefill_select.cu) share: the order they select by, the pieces of
+ * a radix select, and the sorted output of a row's selected positions.
  *
  * For row t (L = visible length, k = min(topk, L)): the k positions with the largest scores, ties to
  * the lower position, NaN below every number. Rows with L <= topk select every position without
@@ -14,6 +15,8 @@
  */
 #pragma once
 #include <stdint.h>
+
+#include "common/rows.cuh"
 
 #include "common/score_key.cuh"
 #include "kernels.h"
@@ -177,3 +180,35 @@ static __device__ bool block_comp_threshold(const Src &src, int n, int k, bct_sm
   *t = prefix;
   return true;
 }
+
+/* The selected positions sel[0, n) (each < L) of row `row` in ascending order — deterministic
+ * output — through the rows' output mapping (rows_output) into out[0, topk), -1 past n: one block
+ * radix sort of the positions over the bits of L (the pad sorts last), then every lookup in flight
+ * before any store (a store between them would order them). SORT: cub::BlockRadixSort<unsigned,
+ * the block's threads, ITEMS>; tid < the block's threads. */
+template <typename SORT, int ITEMS>
+static __device__ __forceinline__ void sorted_rows_output(typename SORT::TempStorage &sort_tmp, const int *sel, int n,
+                                                          int L, int topk, const dsa_rows &rows, int row,
+                                                          int32_t *out, int tid) {
+  const int pos_bits = 32 - __clz(L);
+  const unsigned pad = (1u << pos_bits) - 1u;
+  unsigned items[ITEMS];
+#pragma unroll
+  for (int j = 0; j < ITEMS; j++) {
+    const int i = tid * ITEMS + j;
+    items[j] = i < n ? (unsigned)sel[i] : pad;
+  }
+  SORT(sort_tmp).Sort(items, 0, pos_bits);
+  int outv[ITEMS];
+#pragma unroll
+  for (int j = 0; j < ITEMS; j++) {
+    const int i = tid * ITEMS + j;
+    outv[j] = i < n && items[j] < (unsigned)L ? rows_output(rows, row, (int)items[j]) : -1;
+  }
+#pragma unroll
+  for (int j = 0; j < ITEMS; j++) {
+    const int i = tid * ITEMS + j;
+    if (i < topk) out[i] = outv[j];
+  }
+}
+
