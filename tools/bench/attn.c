@@ -55,8 +55,9 @@ static void make_attn_indices(bench *b, const attn_shape *sh, dsa_rng *r, int j)
     memcpy(keep_lens, b->h_lens, sizeof(int32_t) * (size_t)sh->tokens);
   }
   const int64_t ctx = attn_ctx(sh), row_len = b->ppr * PAGE;
+  const int first_row = j * attn_ctx_rows(b, sh); /* prefill: the context's first pool row */
   for (int t = 0; t < sh->tokens; t++) {
-    const int req = sh->prefill ? j * attn_ctx_rows(b, sh) : j * sh->reqs + t; /* the context's first row */
+    const int req = sh->prefill ? first_row : j * sh->reqs + t;
     const int64_t L = sh->prefill ? ctx - sh->tokens + 1 + t : ctx;
     const int n = (int)imin64(k, L);
     int32_t *row = b->h_topk + (size_t)t * k, *pos = b->ref_topk; /* ref_topk: [topk] scratch */
