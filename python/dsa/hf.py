@@ -98,6 +98,7 @@ class _State:
         self.kernels, self.batch, self.device, self.with_index = kernels, batch, device, with_index
         self.cap = 0
         self.kv = self.index = self.block_table = self.rows = self.row_base = None
+        self.marker = None  # the cache layer's keys after this state's last step
 
     def reserve(self, tokens: int) -> None:
         if tokens <= self.cap:
@@ -133,8 +134,8 @@ class _Layer:
         # GLM's indexer RoPE is interleaved; DeepSeek-V3.2's is the half-split one
         self.rope_index = mod.apply_rotary_pos_emb_interleave if family == "glm" else mod.apply_rotary_pos_emb
         w = module.kv_b_proj.weight.detach().view(self.heads, self.nope + self.v, self.lora)
-        self.w_uk = w[:, : self.nope].contiguous()  # [H, nope, 512]
-        self.w_uv = w[:, self.nope :].contiguous()  # [H, v, 512]
+        self.w_uk = w[:, : self.nope]  # [H, nope, 512], views of kv_b_proj's weight
+        self.w_uv = w[:, self.nope :]  # [H, v, 512]
         self.topk = cfg.index_topk
         self.shared = module.indexer is None if family == "glm" else False
         self.forward = module.forward
@@ -189,16 +190,39 @@ def unpatch(model: Any) -> Any:
     return model
 
 
-def _state(module, past_key_values, batch: int, tokens: int, device) -> _State:
-    layer: _Layer = module._dsa
-    holder = None
-    if past_key_values is not None and hasattr(past_key_values, "layers"):
-        if module.layer_idx >= len(past_key_values.layers):
-            raise ValueError("dsa.hf: the cache has no layer for this attention module")
-        holder = past_key_values.layers[module.layer_idx]
+def _cache_step(module, past_key_values, batch: int, seq: int, device):
+    """Counts this step's tokens in the model's cache (one-byte markers through its update, which
+    also creates a DynamicCache's layers as it goes) and returns (tokens cached before, its layer for
+    this module, or None without a cache). Only a DynamicCache's layers can follow dsa.hf: dsa's
+    caches live beside them, and a cache reordered or cropped in between is refused."""
+    if past_key_values is None:
+        return 0, None
+    from transformers.cache_utils import DynamicLayer
+
+    idx = module.layer_idx
+    layers = getattr(past_key_values, "layers", None)
+    if layers is None or getattr(past_key_values, "offloading", False):
+        raise ValueError(f"dsa.hf: only a DynamicCache (not offloaded) is supported, got {type(past_key_values).__name__}")
+    prior = layers[idx] if idx < len(layers) else None
+    st = getattr(prior, "dsa_state", None)
+    if st is not None and prior.is_initialized and prior.keys is not st.marker:
+        # reorder_cache (beam search), crop or reset changed the cache since dsa.hf's last step, and
+        # dsa's caches cannot follow
+        raise ValueError("dsa.hf: the cache was reordered, cropped or reset outside the model's forward "
+                         "(beam search is not supported); start from a new cache")
+    past = past_key_values.get_seq_length(idx)
+    marker = torch.zeros(batch, 1, seq, 1, dtype=torch.uint8, device=device)
+    past_key_values.update(marker, marker, idx)
+    holder = past_key_values.layers[idx]
+    if not isinstance(holder, DynamicLayer):
+        raise ValueError(f"dsa.hf: only a DynamicCache is supported, got a {type(holder).__name__} layer")
+    return past, holder
+
+
+def _state(module, holder, batch: int, tokens: int, device) -> _State:
     st = getattr(holder, "dsa_state", None) if holder is not None else None
     if st is None or st.batch != batch or st.device != device:
-        st = _State(layer.kernels, batch, device, with_index=module.indexer is not None)
+        st = _State(module._dsa.kernels, batch, device, with_index=module.indexer is not None)
         if holder is not None:
             holder.dsa_state = st
     st.reserve(tokens)
@@ -246,16 +270,14 @@ def _forward(self, hidden_states: torch.Tensor, position_embeddings, attention_m
     latent = torch.cat([kv_pass, k_rot.view(B, S, L.rope)], dim=-1).to(L.kernels.dtype).reshape(B * S, -1)
 
     # ---- where the new tokens go; what each query sees ----
-    past = 0
-    if past_key_values is not None:
-        past = past_key_values.get_seq_length(self.layer_idx)
-        marker = torch.zeros(B, 1, S, 1, dtype=torch.uint8, device=dev)  # keeps the cache's token count
-        past_key_values.update(marker, marker, self.layer_idx)
+    past, holder = _cache_step(self, past_key_values, B, S, dev)
     valid = _visible(attention_mask, B, S, past, dev)  # [B, S, T]
     lens = valid.sum(-1, dtype=torch.int32)  # [B, S] positions each query sees
     last = valid[:, -1, :]  # the last query sees every stored position
     rank = last.cumsum(-1)[:, past:]  # [B, S] a new token's rank among its row's visible positions
-    st = _state(self, past_key_values, B, past + S, dev)
+    st = _state(self, holder, B, past + S, dev)
+    if holder is not None:
+        st.marker = holder.keys
     slots = torch.where(last[:, past:], st.row_base[:, None] + rank - 1, torch.full_like(rank, -1)).reshape(-1)
     L.kernels.kv_store(latent, slots, st.kv)
 

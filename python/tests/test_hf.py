@@ -162,6 +162,24 @@ def test_bookkeeping_against_transformers_with_a_float_reference(family, attn):
         assert err < 1e-4, err
 
 
+def test_cache_without_config_and_a_reordered_cache():
+    cfg = glm_config(layers=2)
+    model = model_of(cfg, torch.float32, "cpu")
+    ids, mask = left_padded_batch(cfg, [40], 40, "cpu")
+    with torch.no_grad():
+        want = logits_steps(model, ids, mask, prefill=36)[:, -1]
+        dsa.hf.patch(model, kernels=RefKernels())
+        cache = transformers.DynamicCache()  # layers created as the forward reaches them
+        model(input_ids=ids[:, :36], past_key_values=cache, use_cache=True)
+        for c in range(36, 40):
+            got = model(input_ids=ids[:, c:c + 1], past_key_values=cache, use_cache=True).logits[:, -1]
+        assert (got - want).abs().max().item() < 1e-4 * want.abs().max().item()
+        cache.reorder_cache(torch.tensor([0]))  # what beam search does between steps
+        with pytest.raises(ValueError, match="reordered"):
+            model(input_ids=ids[:, :1], past_key_values=cache, use_cache=True)
+        dsa.hf.unpatch(model)
+
+
 def test_patch_refuses_what_dsa_cannot_run():
     cfg = glm_config(layers=1, types=("full",), topk=48)
     cfg.kv_lora_rank = 256
