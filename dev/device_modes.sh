@@ -22,6 +22,9 @@
 #              machine installs nothing from the network), then python/tests' GPU tests and
 #              torch.ops.dsa's (test_gpu.py, test_ops.py) against that install, and the host cost a
 #              call against torch.add's (dev/python_overhead.py)
+#   barriers   the sanitizers' model of named barriers: dsa-dev-racecheck-named-barrier's three modes
+#              under racecheck and synccheck, and synccheck over heads_as_m's 128-head case (it reports
+#              "divergent threads" at heads_as_m's consumer barriers: the tool's, or real?)
 #   compare    builds side by side, carried to the machine: DSA_COMPARE="label=dir[:DSA_KERNEL value]
 #              ..."; per entry the indexer, top-k and attention test programs and dsa-bench glm
 #              (extra args, default --sizes 8k,128k,1M) --check; one table of scores / top-k ms
@@ -68,6 +71,17 @@ PY
 }
 
 case $mode in
+barriers)
+  for tool in racecheck synccheck; do
+    for m in 0 1 2; do
+      timeout 120 compute-sanitizer --tool $tool "$B/dev/dsa-dev-racecheck-named-barrier" $m >"$OUT/$tool-$m.log" 2>&1
+      echo "$tool mode $m: exit $? $(grep -E 'SUMMARY' "$OUT/$tool-$m.log" | head -n 1)"
+    done
+  done
+  DSA_TEST_ONLY="H128 fp8 (random bytes) T40" timeout 300 compute-sanitizer --tool synccheck --print-limit 3 \
+    "$B/test_gpu_attention" >"$OUT/synccheck-heads_as_m.log" 2>&1
+  echo "synccheck heads_as_m: exit $? $(grep -E 'SUMMARY' "$OUT/synccheck-heads_as_m.log" | head -n 1)"
+  ;;
 tools)
   for t in sm90-microbench attention-mma-split-trace attention-rows-as-m-trace attention-heads-as-m-modes \
     scores-wgmma-plain; do
@@ -177,7 +191,7 @@ wheel)
   cat "$OUT/python-overhead.log"
   ;;
 *)
-  echo "device_modes: unknown mode '$mode' (tools, crossover, scores, prefill, compare, wheel)" >&2
+  echo "device_modes: unknown mode '$mode' (tools, barriers, crossover, scores, prefill, compare, wheel)" >&2
   exit 2
   ;;
 esac
