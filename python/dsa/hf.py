@@ -137,8 +137,6 @@ class _Layer:
         self.w_uk = w[:, : self.nope]  # [H, nope, 512], views of kv_b_proj's weight
         self.w_uv = w[:, self.nope :]  # [H, v, 512]
         self.topk = cfg.index_topk
-        self.shared = module.indexer is None if family == "glm" else False
-        self.forward = module.forward
 
 
 def _check_sizes(module, family: str) -> None:
