@@ -26,7 +26,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any, Optional, Tuple
 
-from . import _lib
+from . import _fast, _lib
 from ._tensors import DsaArgumentError, View, current_stream, describe, dtype_name, empty, view
 
 __all__ = [
@@ -196,8 +196,9 @@ def _scores_out(fn: str, scores: Any, like: View, T: int, max_len: int) -> Tuple
 
 
 def _run_with_workspace(call: str, query: str, a: ctypes.Structure, workspace: Any, views: dict, fn: str,
-                        like: View, stream: Any, device: Optional[int]) -> None:
-    """Sizes the workspace for `a`, takes the caller's or allocates one, and runs the C call."""
+                        like: View, stream: Any, device: Optional[int]) -> int:
+    """Sizes the workspace for `a`, takes the caller's or allocates one, and runs the C call;
+    returns the size."""
     need = _ws_bytes(query, a)
     wp, wb, keep = _workspace(fn, need, workspace, like)
     s = _stream(stream, list(views.values()), device)
@@ -207,6 +208,7 @@ def _run_with_workspace(call: str, query: str, a: ctypes.Structure, workspace: A
         # block is not handed out again before this call's work is done.
         import torch  # already imported by the caller: the inputs are torch tensors
         keep.record_stream(torch.cuda.ExternalStream(s, device=keep.device))
+    return need
 
 
 def _index_k_cache(fn: str, x: Any, page_size: int) -> Tuple[View, int]:
@@ -250,6 +252,13 @@ def _query(fn: str, q: Any, weights: Any, q_scale: Any, softmax_scale: float, to
     qs.head_dim = INDEX_HEAD_DIM
     qs.softmax_scale = float(softmax_scale)
     return qs, {"q": qv, "weights": wv, "q_scale": sv}
+
+
+def _query_ptrs(qs: "_lib.IndexerQuery", q: Any, weights: Any, q_scale: Any) -> None:
+    """The fast path's pointers of an IndexerQuery (dsa/_fast.py)."""
+    qs.q = _fast.ptr(q)
+    qs.q_scale = _fast.ptr(q_scale)
+    qs.weights = _fast.ptr(weights)
 
 
 # ---- indexer: decode ----------------------------------------------------------------------------
@@ -303,6 +312,22 @@ def indexer_decode(q: Any, weights: Any, index_k_cache: Any, seq_lens: Any, bloc
     [T, topk]: global slots, -1 past lens; topk_lens int32 [T] = min(topk, L)). workspace_limit
     (bytes, 0 = none) caps the workspace at some cost in speed (dsa.h).
     """
+    k = _fast.key("indexer_decode", (q, weights, index_k_cache, seq_lens, block_table, q_scale, topk_indices,
+                                     topk_lens, workspace),
+                  (topk, softmax_scale, page_size, q_len_per_req, max_seq_len, workspace_limit))
+    p = _fast.get(k)
+    if p is not None:  # a signature seen before: pointers, outputs, the call (dsa/_fast.py)
+        a = p.fresh()
+        _query_ptrs(a.query, q, weights, q_scale)
+        a.cache.data = _fast.ptr(index_k_cache)
+        a.seq_lens = _fast.ptr(seq_lens)
+        a.block_table = _fast.ptr(block_table)
+        topk_indices = _fast.empty(p, 0) if topk_indices is None else topk_indices
+        topk_lens = _fast.empty(p, 1) if topk_lens is None else topk_lens
+        a.topk_indices = _fast.ptr(topk_indices)
+        a.topk_lens = _fast.ptr(topk_lens)
+        _fast.run(p, a, workspace, stream, _raise)
+        return topk_indices, topk_lens
     fn = "dsa.indexer_decode"
     a, views = _decode_args(fn, q, weights, index_k_cache, seq_lens, block_table, topk, softmax_scale, q_scale,
                             page_size, q_len_per_req, max_seq_len)
@@ -313,7 +338,9 @@ def indexer_decode(q: Any, weights: Any, index_k_cache: Any, seq_lens: Any, bloc
     topk_lens, lv = _out(fn, "topk_lens", topk_lens, views["q"], (T,), "i32")
     a.topk_indices = _ptr(iv)
     a.topk_lens = _ptr(lv)
-    _run_with_workspace("dsa_indexer_decode", "dsa_indexer_decode_workspace_size", a, workspace, views, fn, views["q"], stream, dev)
+    need = _run_with_workspace("dsa_indexer_decode", "dsa_indexer_decode_workspace_size", a, workspace, views, fn,
+                               views["q"], stream, dev)
+    _fast.remember(k, a, "dsa_indexer_decode", views["q"], (((T, topk), "i32"), ((T,), "i32")), need, workspace)
     return topk_indices, topk_lens
 
 
@@ -392,6 +419,23 @@ def indexer_prefill(q: Any, weights: Any, index_k_cache: Any, kv_workspace_slots
     Returns (topk_indices int32 [T, topk]: workspace rows, or global slots with
     output_global_slots=True — what sparse_mla consumes; -1 past lens; topk_lens int32 [T]).
     workspace_limit as indexer_decode."""
+    k = _fast.key("indexer_prefill", (q, weights, index_k_cache, kv_workspace_slots, row_starts, row_ends, q_scale,
+                                      topk_indices, topk_lens, workspace),
+                  (topk, softmax_scale, page_size, max_rows, bool(output_global_slots), workspace_limit))
+    p = _fast.get(k)
+    if p is not None:  # a signature seen before (dsa/_fast.py)
+        a = p.fresh()
+        _query_ptrs(a.query, q, weights, q_scale)
+        a.cache.data = _fast.ptr(index_k_cache)
+        a.kv_workspace_slots = _fast.ptr(kv_workspace_slots)
+        a.row_starts = _fast.ptr(row_starts)
+        a.row_ends = _fast.ptr(row_ends)
+        topk_indices = _fast.empty(p, 0) if topk_indices is None else topk_indices
+        topk_lens = _fast.empty(p, 1) if topk_lens is None else topk_lens
+        a.topk_indices = _fast.ptr(topk_indices)
+        a.topk_lens = _fast.ptr(topk_lens)
+        _fast.run(p, a, workspace, stream, _raise)
+        return topk_indices, topk_lens
     fn = "dsa.indexer_prefill"
     a, views = _prefill_args(fn, q, weights, index_k_cache, kv_workspace_slots, row_starts, row_ends, topk,
                              softmax_scale, q_scale, page_size, max_rows, output_global_slots)
@@ -402,7 +446,9 @@ def indexer_prefill(q: Any, weights: Any, index_k_cache: Any, kv_workspace_slots
     topk_lens, lv = _out(fn, "topk_lens", topk_lens, views["q"], (T,), "i32")
     a.topk_indices = _ptr(iv)
     a.topk_lens = _ptr(lv)
-    _run_with_workspace("dsa_indexer_prefill", "dsa_indexer_prefill_workspace_size", a, workspace, views, fn, views["q"], stream, dev)
+    need = _run_with_workspace("dsa_indexer_prefill", "dsa_indexer_prefill_workspace_size", a, workspace, views, fn,
+                               views["q"], stream, dev)
+    _fast.remember(k, a, "dsa_indexer_prefill", views["q"], (((T, topk), "i32"), ((T,), "i32")), need, workspace)
     return topk_indices, topk_lens
 
 
@@ -461,6 +507,18 @@ def topk(scores: Any, *, topk: int, row_lens: Any = None, max_len: Optional[int]
     L = clamp(row_lens[r], 0, max_len) entries (max_len = the column count by default). Ties go to
     the lower position, NaN ranks lowest. Returns (indices int32 [R, topk], -1 past lens;
     lens int32 [R] = min(topk, L))."""
+    k = _fast.key("topk", (scores, row_lens, indices, lens, workspace), (topk, max_len))
+    p = _fast.get(k)
+    if p is not None:  # a signature seen before (dsa/_fast.py)
+        a = p.fresh()
+        a.scores = _fast.ptr(scores)
+        a.row_lens = _fast.ptr(row_lens)
+        indices = _fast.empty(p, 0) if indices is None else indices
+        lens = _fast.empty(p, 1) if lens is None else lens
+        a.indices = _fast.ptr(indices)
+        a.lens = _fast.ptr(lens)
+        _fast.run(p, a, workspace, stream, _raise)
+        return indices, lens
     fn = "dsa.topk"
     a, views = _topk_args(fn, scores, topk, row_lens, max_len)
     R = a.num_rows
@@ -469,7 +527,9 @@ def topk(scores: Any, *, topk: int, row_lens: Any = None, max_len: Optional[int]
     lens, lv = _out(fn, "lens", lens, views["scores"], (R,), "i32")
     a.indices = _ptr(iv)
     a.lens = _ptr(lv)
-    _run_with_workspace("dsa_topk", "dsa_topk_workspace_size", a, workspace, views, fn, views["scores"], stream, dev)
+    need = _run_with_workspace("dsa_topk", "dsa_topk_workspace_size", a, workspace, views, fn, views["scores"],
+                               stream, dev)
+    _fast.remember(k, a, "dsa_topk", views["scores"], (((R, topk), "i32"), ((R,), "i32")), need, workspace)
     return indices, lens
 
 
@@ -541,18 +601,36 @@ def sparse_mla(q: Any, kv_cache: Any, indices: Any, *, softmax_scale: float, len
     (leading dims, e.g. [pages, 64, ...], flatten into slots); indices int32 [T, >= topk] global
     slots. Returns out bf16 [T, H, 512], or (out, lse float32 [T, H]) with return_lse / lse=.
     A token with no valid entry gets out = 0, lse = -inf."""
+    want_lse = return_lse or lse is not None
+    k = _fast.key("sparse_mla", (q, kv_cache, indices, lens, out, lse, workspace), (softmax_scale, topk, want_lse))
+    p = _fast.get(k)
+    if p is not None:  # a signature seen before (dsa/_fast.py)
+        a = p.fresh()
+        a.q = _fast.ptr(q)
+        a.kv_cache = _fast.ptr(kv_cache)
+        a.indices = _fast.ptr(indices)
+        a.lens = _fast.ptr(lens)
+        out = _fast.empty(p, 0) if out is None else out
+        if want_lse and lse is None:
+            lse = _fast.empty(p, 1)
+        a.out = _fast.ptr(out)
+        a.lse = _fast.ptr(lse) if want_lse else None
+        _fast.run(p, a, workspace, stream, _raise)
+        return (out, lse) if want_lse else out
     fn = "dsa.sparse_mla"
     a, views = _mla_args(fn, q, kv_cache, indices, softmax_scale, lens, topk)
     T, H = a.num_tokens, a.num_heads
     dev = _same_device(fn, views)
     out, ov = _out(fn, "out", out, views["q"], (T, H, MLA_V_DIM), "bf16")
-    want_lse = return_lse or lse is not None
     lsv = None
     if want_lse:
         lse, lsv = _out(fn, "lse", lse, views["q"], (T, H), "f32")
     a.out = _ptr(ov)
     a.lse = _ptr(lsv)
-    _run_with_workspace("dsa_sparse_mla", "dsa_sparse_mla_workspace_size", a, workspace, views, fn, views["q"], stream, dev)
+    need = _run_with_workspace("dsa_sparse_mla", "dsa_sparse_mla_workspace_size", a, workspace, views, fn, views["q"],
+                               stream, dev)
+    _fast.remember(k, a, "dsa_sparse_mla", views["q"], (((T, H, MLA_V_DIM), "bf16"), ((T, H), "f32")), need,
+                   workspace)
     return (out, lse) if want_lse else out
 
 
@@ -562,6 +640,15 @@ def sparse_mla(q: Any, kv_cache: Any, indices: Any, *, softmax_scale: float, len
 def index_k_store(k: Any, slot_mapping: Any, index_k_cache: Any, *, page_size: int = 64, stream: Any = None) -> None:
     """Writes k bf16 [T, 128] (rows may be strided) into the paged FP8 index-K cache at
     slot_mapping int64 [T] (negative slots are padding): one float32 scale per row, amax / 448."""
+    key = _fast.key("index_k_store", (k, slot_mapping, index_k_cache), (page_size,))
+    p = _fast.get(key)
+    if p is not None:  # a signature seen before (dsa/_fast.py)
+        a = p.fresh()
+        a.k = _fast.ptr(k)
+        a.slot_mapping = _fast.ptr(slot_mapping)
+        a.cache = _fast.ptr(index_k_cache)
+        _fast.run_no_workspace(p, a, stream, _raise)
+        return
     fn = "dsa.index_k_store"
     kv = _arg(fn, "k", k, ("bf16",), (None, INDEX_HEAD_DIM), "rows")
     T = kv.shape[0]
@@ -579,12 +666,22 @@ def index_k_store(k: Any, slot_mapping: Any, index_k_cache: Any, *, page_size: i
     a.page_size = page_size
     s = _stream(stream, list(views.values()), dev)
     _raise(_lib.lib().dsa_index_k_store(ctypes.byref(a), s or None))
+    _fast.remember(key, a, "dsa_index_k_store", kv)
 
 
 def mla_kv_store(kv: Any, slot_mapping: Any, kv_cache: Any, *, stream: Any = None) -> None:
     """Writes kv bf16 [T, 576] (rows may be strided) into the MLA KV cache at slot_mapping int64
     [T] (negative slots are padding): packed FP8 (uint8 [..., 656]: per-128 scale amax / 448, rope
     kept bf16) or a plain bf16 copy (bf16 [..., >= 576])."""
+    key = _fast.key("mla_kv_store", (kv, slot_mapping, kv_cache), ())
+    p = _fast.get(key)
+    if p is not None:  # a signature seen before (dsa/_fast.py)
+        a = p.fresh()
+        a.kv = _fast.ptr(kv)
+        a.slot_mapping = _fast.ptr(slot_mapping)
+        a.cache = _fast.ptr(kv_cache)
+        _fast.run_no_workspace(p, a, stream, _raise)
+        return
     fn = "dsa.mla_kv_store"
     kvv = _arg(fn, "kv", kv, ("bf16",), (None, MLA_QK_DIM), "rows")
     T = kvv.shape[0]
@@ -603,6 +700,7 @@ def mla_kv_store(kv: Any, slot_mapping: Any, kv_cache: Any, *, stream: Any = Non
     a.cache_stride = stride if fmt == _lib.DSA_KV_BF16 else 0
     s = _stream(stream, list(views.values()), dev)
     _raise(_lib.lib().dsa_mla_kv_store(ctypes.byref(a), s or None))
+    _fast.remember(key, a, "dsa_mla_kv_store", kvv)
 
 
 # ---- context parallelism (single-GPU pieces; the exchanges are the caller's) --------------------

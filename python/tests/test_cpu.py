@@ -288,3 +288,119 @@ def test_cp_c_checks():
     with pytest.raises(dsa.DsaError, match=r"dsa_lse_combine: num_parts = 9"):
         dsa.lse_combine(Fake((9, 3, 16, 512), F32), Fake((9, 3, 16), F32), out=FakeTorch((3, 16, 512)),
                         lse=Fake((3, 16), F32), stream=0)
+
+
+# ---- the fast path for repeated calls with PyTorch tensors (dsa/_fast.py) ----
+
+class _Recorder:
+    """Stands in for libdsa: records the bytes of each call's argument struct and its other
+    arguments; the workspace queries answer 4096."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getattr__(self, name):
+        def call(*args):
+            if name.endswith("_workspace_size"):
+                args[1]._obj.value = 4096
+                return 0
+            self.calls.append((name, bytes(args[0]._obj), args[1:]))
+            return 0
+
+        return call
+
+
+def _fast_cases():
+    """Each public call that has a fast path, with FakeTorch arguments of one signature (new
+    pointers each time it is called); outputs and workspace given (no PyTorch here to allocate)."""
+    def t(shape, dtype, strides=None):
+        return FakeTorch(shape, dtype, strides)
+
+    T, H, P = 3, 32, 64
+    return {
+        "topk": lambda: dsa.topk(t((4, 100), "float32"), topk=8, row_lens=t((4,), "int32"),
+                                 indices=t((4, 8), "int32"), lens=t((4,), "int32"),
+                                 workspace=t((8192,), "uint8"), stream=0),
+        "topk, strided rows, max_len": lambda: dsa.topk(t((4, 100), "float32", (128, 1)), topk=8, max_len=90,
+                                                        indices=t((4, 8), "int32"), lens=t((4,), "int32"),
+                                                        workspace=t((8192,), "uint8"), stream=0),
+        "sparse_mla, lse": lambda: dsa.sparse_mla(t((T, 16, 576), "bfloat16"), t((100, 656), "uint8"),
+                                                  t((T, 64), "int32"), softmax_scale=0.07, lens=t((T,), "int32"),
+                                                  out=t((T, 16, 512), "bfloat16"), lse=t((T, 16), "float32"),
+                                                  workspace=t((8192,), "uint8"), stream=0),
+        "sparse_mla, bf16 KV": lambda: dsa.sparse_mla(t((T, 16, 576), "bfloat16"), t((100, 640), "bfloat16"),
+                                                      t((T, 64), "int32"), softmax_scale=0.07, topk=40,
+                                                      out=t((T, 16, 512), "bfloat16"),
+                                                      workspace=t((8192,), "uint8"), stream=0),
+        "index_k_store": lambda: dsa.index_k_store(t((T, 128), "bfloat16"), t((T,), "int64"),
+                                                   t((4, P * 132), "uint8"), page_size=P, stream=0),
+        "mla_kv_store": lambda: dsa.mla_kv_store(t((T, 576), "bfloat16"), t((T,), "int64"), t((50, 656), "uint8"),
+                                                 stream=0),
+        "indexer_decode": lambda: dsa.indexer_decode(
+            t((T, H, 128), "float8_e4m3fn"), t((T, H), "float32"), t((10, P * 132), "uint8"), t((T,), "int32"),
+            t((T, 5), "int32"), topk=64, softmax_scale=0.1, q_scale=t((T, H), "float32"), page_size=P,
+            topk_indices=t((T, 64), "int32"), topk_lens=t((T,), "int32"), workspace=t((8192,), "uint8"),
+            stream=0),
+        "indexer_prefill": lambda: dsa.indexer_prefill(
+            t((T, H, 128), "bfloat16"), t((T, H), "bfloat16"), t((10, P * 132), "uint8"), t((640,), "int64"),
+            t((T,), "int32"), t((T,), "int32"), topk=64, softmax_scale=0.1, page_size=P,
+            output_global_slots=True, topk_indices=t((T, 64), "int32"), topk_lens=t((T,), "int32"),
+            workspace=t((8192,), "uint8"), stream=0),
+    }
+
+
+@pytest.fixture
+def recorder(monkeypatch):
+    """libdsa replaced by a _Recorder, and no plan kept before or after (a plan holds the C function
+    it was made with)."""
+    from dsa import _fast
+
+    rec = _Recorder()
+    monkeypatch.setattr(_lib, "lib", lambda: rec)
+    _fast.clear()
+    yield rec
+    _fast.clear()
+
+
+@pytest.mark.parametrize("case", sorted(_fast_cases()))
+def test_fast_path_passes_c_what_the_checked_path_does(recorder, case):
+    """First call of a signature: the checked path, which leaves a plan; a second call with new
+    tensors of the same signature: the plan, whose struct must equal, byte for byte, what the
+    checked path builds for those same tensors (every pointer field rewritten, nothing stale)."""
+    from dsa import _fast
+
+    rec = recorder
+    make = _fast_cases()[case]
+    make()  # checked path, leaves the plan
+    assert len(_fast._plans) == 1, "no plan was left"
+    # the same call twice more with fresh FakeTorch objects: once through the plan, once checked
+    state = Fake._next
+    make()  # through the plan
+    fast_call = rec.calls[-1]
+    Fake._next = state  # the same pointers again
+    _fast.clear()
+    make()  # checked
+    slow_call = rec.calls[-1]
+    assert fast_call[0] == slow_call[0]
+    assert fast_call[1] == slow_call[1], "argument structs differ"
+    assert fast_call[2] == slow_call[2], (fast_call[2], slow_call[2])
+
+
+def test_fast_path_is_keyed_by_signature(recorder):
+    from dsa import _fast
+
+    ws = FakeTorch((8192,), "uint8")
+    for rows in (4, 5, 4):
+        dsa.topk(FakeTorch((rows, 100), "float32"), topk=8, indices=FakeTorch((rows, 8), "int32"),
+                 lens=FakeTorch((rows,), "int32"), workspace=ws, stream=0)
+    assert len(_fast._plans) == 2
+    # a signature the checked path rejects leaves no plan, and is rejected again
+    for _ in range(2):
+        with pytest.raises(dsa.DsaArgumentError):
+            dsa.topk(FakeTorch((4, 100), "int32"), topk=8, indices=FakeTorch((4, 8), "int32"),
+                     lens=FakeTorch((4,), "int32"), workspace=ws, stream=0)
+    assert len(_fast._plans) == 2
+    # a non-PyTorch argument takes the checked path (no plan)
+    dsa.topk(Fake((4, 100), F32), topk=8, indices=Fake((4, 8), I32), lens=Fake((4,), I32),
+             workspace=Fake((8192,), U8), stream=0)
+    assert len(_fast._plans) == 2
