@@ -32,14 +32,17 @@ class Plan:
 def key(tag: str, tensors: tuple, scalars: tuple) -> Optional[tuple]:
     """The signature of a call, or None when an argument is not a plain PyTorch tensor (or None)."""
     parts = []
-    for x in tensors:
-        if x is None:
-            parts.append(None)
-        elif type(x).__module__ == "torch":
-            parts.append((tuple(x.shape), x.stride(), x.dtype, x.get_device()))
-        else:
-            return None
-    return (tag, tuple(parts), scalars)
+    try:
+        for x in tensors:
+            if x is None:
+                parts.append(None)
+            elif type(x).__module__ == "torch" and hasattr(x, "data_ptr"):
+                parts.append((tuple(x.shape), x.stride(), x.dtype, x.get_device()))
+            else:
+                return None
+        return (tag, tuple(parts), scalars)
+    except (AttributeError, TypeError, RuntimeError):  # not a tensor after all: the checked path says why
+        return None
 
 
 def get(k: Optional[tuple]) -> Optional[Plan]:
