@@ -254,6 +254,18 @@ def _query(fn: str, q: Any, weights: Any, q_scale: Any, softmax_scale: float, to
     return qs, {"q": qv, "weights": wv, "q_scale": sv}
 
 
+def _fast_two_outputs(p: "_fast.Plan", a: ctypes.Structure, name0: str, out0: Any, name1: str, out1: Any,
+                      workspace: Any, stream: Any) -> Tuple[Any, Any]:
+    """The end of a fast-path call with two outputs (indices, lens): given or allocated, their
+    pointers into the struct, the C call (dsa/_fast.py)."""
+    out0 = _fast.empty(p, 0) if out0 is None else out0
+    out1 = _fast.empty(p, 1) if out1 is None else out1
+    setattr(a, name0, _fast.ptr(out0))
+    setattr(a, name1, _fast.ptr(out1))
+    _fast.run(p, a, workspace, stream, _raise)
+    return out0, out1
+
+
 def _query_ptrs(qs: "_lib.IndexerQuery", q: Any, weights: Any, q_scale: Any) -> None:
     """The fast path's pointers of an IndexerQuery (dsa/_fast.py)."""
     qs.q = _fast.ptr(q)
@@ -322,12 +334,7 @@ def indexer_decode(q: Any, weights: Any, index_k_cache: Any, seq_lens: Any, bloc
         a.cache.data = _fast.ptr(index_k_cache)
         a.seq_lens = _fast.ptr(seq_lens)
         a.block_table = _fast.ptr(block_table)
-        topk_indices = _fast.empty(p, 0) if topk_indices is None else topk_indices
-        topk_lens = _fast.empty(p, 1) if topk_lens is None else topk_lens
-        a.topk_indices = _fast.ptr(topk_indices)
-        a.topk_lens = _fast.ptr(topk_lens)
-        _fast.run(p, a, workspace, stream, _raise)
-        return topk_indices, topk_lens
+        return _fast_two_outputs(p, a, "topk_indices", topk_indices, "topk_lens", topk_lens, workspace, stream)
     fn = "dsa.indexer_decode"
     a, views = _decode_args(fn, q, weights, index_k_cache, seq_lens, block_table, topk, softmax_scale, q_scale,
                             page_size, q_len_per_req, max_seq_len)
@@ -430,12 +437,7 @@ def indexer_prefill(q: Any, weights: Any, index_k_cache: Any, kv_workspace_slots
         a.kv_workspace_slots = _fast.ptr(kv_workspace_slots)
         a.row_starts = _fast.ptr(row_starts)
         a.row_ends = _fast.ptr(row_ends)
-        topk_indices = _fast.empty(p, 0) if topk_indices is None else topk_indices
-        topk_lens = _fast.empty(p, 1) if topk_lens is None else topk_lens
-        a.topk_indices = _fast.ptr(topk_indices)
-        a.topk_lens = _fast.ptr(topk_lens)
-        _fast.run(p, a, workspace, stream, _raise)
-        return topk_indices, topk_lens
+        return _fast_two_outputs(p, a, "topk_indices", topk_indices, "topk_lens", topk_lens, workspace, stream)
     fn = "dsa.indexer_prefill"
     a, views = _prefill_args(fn, q, weights, index_k_cache, kv_workspace_slots, row_starts, row_ends, topk,
                              softmax_scale, q_scale, page_size, max_rows, output_global_slots)
@@ -513,12 +515,7 @@ def topk(scores: Any, *, topk: int, row_lens: Any = None, max_len: Optional[int]
         a = p.fresh()
         a.scores = _fast.ptr(scores)
         a.row_lens = _fast.ptr(row_lens)
-        indices = _fast.empty(p, 0) if indices is None else indices
-        lens = _fast.empty(p, 1) if lens is None else lens
-        a.indices = _fast.ptr(indices)
-        a.lens = _fast.ptr(lens)
-        _fast.run(p, a, workspace, stream, _raise)
-        return indices, lens
+        return _fast_two_outputs(p, a, "indices", indices, "lens", lens, workspace, stream)
     fn = "dsa.topk"
     a, views = _topk_args(fn, scores, topk, row_lens, max_len)
     R = a.num_rows
@@ -637,18 +634,22 @@ def sparse_mla(q: Any, kv_cache: Any, indices: Any, *, softmax_scale: float, len
 # ---- cache writers --------------------------------------------------------------------------------
 
 
+def _fast_store(p: "_fast.Plan", rows_name: str, rows: Any, slot_mapping: Any, cache: Any, stream: Any) -> None:
+    """A cache writer's fast-path call: the rows, slots and cache pointers, the C call (dsa/_fast.py)."""
+    a = p.fresh()
+    setattr(a, rows_name, _fast.ptr(rows))
+    a.slot_mapping = _fast.ptr(slot_mapping)
+    a.cache = _fast.ptr(cache)
+    _fast.run_no_workspace(p, a, stream, _raise)
+
+
 def index_k_store(k: Any, slot_mapping: Any, index_k_cache: Any, *, page_size: int = 64, stream: Any = None) -> None:
     """Writes k bf16 [T, 128] (rows may be strided) into the paged FP8 index-K cache at
     slot_mapping int64 [T] (negative slots are padding): one float32 scale per row, amax / 448."""
     key = _fast.key("index_k_store", (k, slot_mapping, index_k_cache), (page_size,))
     p = _fast.get(key)
     if p is not None:  # a signature seen before (dsa/_fast.py)
-        a = p.fresh()
-        a.k = _fast.ptr(k)
-        a.slot_mapping = _fast.ptr(slot_mapping)
-        a.cache = _fast.ptr(index_k_cache)
-        _fast.run_no_workspace(p, a, stream, _raise)
-        return
+        return _fast_store(p, "k", k, slot_mapping, index_k_cache, stream)
     fn = "dsa.index_k_store"
     kv = _arg(fn, "k", k, ("bf16",), (None, INDEX_HEAD_DIM), "rows")
     T = kv.shape[0]
@@ -676,12 +677,7 @@ def mla_kv_store(kv: Any, slot_mapping: Any, kv_cache: Any, *, stream: Any = Non
     key = _fast.key("mla_kv_store", (kv, slot_mapping, kv_cache), ())
     p = _fast.get(key)
     if p is not None:  # a signature seen before (dsa/_fast.py)
-        a = p.fresh()
-        a.kv = _fast.ptr(kv)
-        a.slot_mapping = _fast.ptr(slot_mapping)
-        a.cache = _fast.ptr(kv_cache)
-        _fast.run_no_workspace(p, a, stream, _raise)
-        return
+        return _fast_store(p, "kv", kv, slot_mapping, kv_cache, stream)
     fn = "dsa.mla_kv_store"
     kvv = _arg(fn, "kv", kv, ("bf16",), (None, MLA_QK_DIM), "rows")
     T = kvv.shape[0]
