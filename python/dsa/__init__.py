@@ -27,7 +27,8 @@ import ctypes
 from typing import Any, Optional, Tuple
 
 from . import _fast, _lib
-from ._tensors import DsaArgumentError, View, current_stream, describe, dtype_name, empty, view
+from ._tensors import (DsaArgumentError, View, current_stream, describe, dtype_name, empty, stream_handle,
+                       torch_keep_for_stream, view)
 
 __all__ = [
     "DsaError",
@@ -143,11 +144,7 @@ def _same_device(fn: str, views: dict) -> Optional[int]:
 def _stream(stream: Any, views: list, device: Optional[int]) -> int:
     if stream is None:
         return current_stream([v for v in views if v is not None], device)
-    if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
-        return int(stream.cuda_stream)
-    if hasattr(stream, "ptr"):  # cupy.cuda.Stream
-        return int(stream.ptr)
-    return int(stream)
+    return stream_handle(stream)
 
 
 def _raise(status: int) -> None:
@@ -204,10 +201,7 @@ def _run_with_workspace(call: str, query: str, a: ctypes.Structure, workspace: A
     s = _stream(stream, list(views.values()), device)
     _raise(getattr(_lib.lib(), call)(ctypes.byref(a), wp or None, wb, s or None))
     if workspace is None and keep is not None and stream is not None and like.framework == "torch":
-        # Allocated on the current stream but used on another: tell the caching allocator, so the
-        # block is not handed out again before this call's work is done.
-        import torch  # already imported by the caller: the inputs are torch tensors
-        keep.record_stream(torch.cuda.ExternalStream(s, device=keep.device))
+        torch_keep_for_stream(keep, s)  # allocated on the current stream, used on another
     return need
 
 

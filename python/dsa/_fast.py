@@ -17,6 +17,7 @@ import sys
 from typing import Any, Optional
 
 from . import _lib
+from ._tensors import _TORCH_ALLOC, stream_handle, torch_current_stream, torch_keep_for_stream
 
 _MAX_PLANS = 1024  # signatures kept (prefill chunks of many sizes would otherwise grow it forever)
 _plans: dict = {}
@@ -76,14 +77,11 @@ def clear() -> None:
     _plans.clear()
 
 
-_TORCH_DTYPES = {"bf16": "bfloat16", "f32": "float32", "i32": "int32", "i64": "int64", "u8": "uint8"}
-
-
 def empty(p: Plan, i: int) -> Any:
     """Output i of the plan, allocated as the checked path allocates it."""
     torch = sys.modules["torch"]
     shape, dtype = p.outs[i]
-    return torch.empty(shape, dtype=getattr(torch, _TORCH_DTYPES[dtype]), device=p.device)
+    return torch.empty(shape, dtype=getattr(torch, _TORCH_ALLOC[dtype]), device=p.device)
 
 
 def ptr(x: Any) -> Optional[int]:
@@ -91,17 +89,7 @@ def ptr(x: Any) -> Optional[int]:
 
 
 def stream_of(p: Plan, stream: Any) -> int:
-    if stream is None:
-        torch = sys.modules["torch"]
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        if raw is not None:
-            return int(raw(p.device_index))
-        return int(torch.cuda.current_stream(p.device_index).cuda_stream)
-    if hasattr(stream, "cuda_stream"):
-        return int(stream.cuda_stream)
-    if hasattr(stream, "ptr"):
-        return int(stream.ptr)
-    return int(stream)
+    return torch_current_stream(p.device_index) if stream is None else stream_handle(stream)
 
 
 def run(p: Plan, a: ctypes.Structure, workspace: Any, stream: Any, fail) -> None:
@@ -120,8 +108,7 @@ def run(p: Plan, a: ctypes.Structure, workspace: Any, stream: Any, fail) -> None
     if status != _lib.DSA_OK:
         fail(status)
     if keep is not None and stream is not None:
-        torch = sys.modules["torch"]
-        keep.record_stream(torch.cuda.ExternalStream(s, device=keep.device))
+        torch_keep_for_stream(keep, s)
 
 
 def run_no_workspace(p: Plan, a: ctypes.Structure, stream: Any, fail) -> None:

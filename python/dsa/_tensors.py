@@ -190,15 +190,36 @@ def describe(v: View) -> str:
     return f"{dtype_name(v.dtype)} {list(v.shape)}"
 
 
+def torch_current_stream(device: Optional[int]) -> int:
+    """PyTorch's current stream on `device` (None: the current device), as a handle."""
+    torch = sys.modules["torch"]
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # the handle, no Stream object made
+    if raw is not None:
+        return int(raw(torch.cuda.current_device() if device is None else device))
+    return int(torch.cuda.current_stream(device).cuda_stream)
+
+
+def stream_handle(stream: Any) -> int:
+    """A stream the caller passed: torch.cuda.Stream, cupy.cuda.Stream, or a handle."""
+    if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
+        return int(stream.cuda_stream)
+    if hasattr(stream, "ptr"):  # cupy.cuda.Stream
+        return int(stream.ptr)
+    return int(stream)
+
+
+def torch_keep_for_stream(buf: Any, s: int) -> None:
+    """A buffer PyTorch's caching allocator gave on the current stream but used on stream s: the
+    allocator is told, so the block is not handed out again before that stream's work is done."""
+    torch = sys.modules["torch"]
+    buf.record_stream(torch.cuda.ExternalStream(s, device=buf.device))
+
+
 def current_stream(views: Sequence[View], device: Optional[int]) -> int:
     """The stream the inputs' framework is working on: PyTorch's or CuPy's current stream, else 0."""
     fws = {v.framework for v in views}
     if "torch" in fws and "torch" in sys.modules:
-        torch = sys.modules["torch"]
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # the handle, no Stream object made
-        if raw is not None:
-            return int(raw(torch.cuda.current_device() if device is None else device))
-        return int(torch.cuda.current_stream(device).cuda_stream)
+        return torch_current_stream(device)
     if "cupy" in fws and "cupy" in sys.modules:
         return int(sys.modules["cupy"].cuda.get_current_stream().ptr)
     return 0
