@@ -54,6 +54,8 @@ dsa_gpu_test(dsa.gpu_api test_gpu_api "")
 dsa_gpu_test(dsa.gpu_garbage test_gpu_garbage "")
 # context parallelism's single-GPU pieces: merge, LSE combine, simulated ranks against one GPU
 dsa_gpu_test(dsa.gpu_cp test_gpu_cp "")
+# ... and the merge on the runs kernel (lists in ascending id order placed without a sort)
+dsa_gpu_test(dsa.gpu_cp_merge_runs test_gpu_cp "DSA_KERNEL=merge:runs")
 # The attention cases on each kernel forced.
 dsa_gpu_test(dsa.gpu_attention_mma_split test_gpu_attention "DSA_KERNEL=attention:mma_split")
 dsa_gpu_test(dsa.gpu_attention_rows_as_m test_gpu_attention "DSA_KERNEL=attention:rows_as_m")

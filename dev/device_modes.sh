@@ -25,6 +25,10 @@
 #   barriers   the sanitizers' model of named barriers: dsa-dev-racecheck-named-barrier's three modes
 #              under racecheck and synccheck, and synccheck over heads_as_m's 128-head case (it reports
 #              "divergent threads" at heads_as_m's consumer barriers: the tool's, or real?)
+#   merge      context parallelism's merge (issue 24): test_gpu_cp with each merge kernel forced
+#              (DSA_KERNEL=merge:select / merge:runs), memcheck / racecheck / synccheck over the merge
+#              cases on runs, dsa-bench merge --check (W = 2 / 4 / 8 lists, 1 / 64 / 4096 tokens, both
+#              kernels; extra args passed on), ncu of both kernels at one token x 8 lists
 #   compare    builds side by side, carried to the machine: DSA_COMPARE="label=dir[:DSA_KERNEL value]
 #              ..."; per entry the indexer, top-k and attention test programs and dsa-bench glm
 #              (extra args, default --sizes 8k,128k,1M) --check; one table of scores / top-k ms
@@ -42,7 +46,13 @@ if [ "$mode" = prefill ] && [ ! -x "$B/test_gpu_indexer" ]; then
   { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSA_BUILD_DEV=OFF -DDSA_BUILD_EXAMPLES=OFF &&
     cmake --build "$B" -j --target test_gpu_indexer test_gpu_api test_gpu_garbage dsa-bench; } \
     >"$OUT/cmake.log" 2>&1 || { tail -n 30 "$OUT/cmake.log"; exit 1; }
-elif [ "$mode" != compare ] && [ "$mode" != prefill ] && [ "$mode" != wheel ] &&
+elif [ "$mode" = merge ] && [ ! -x "$B/test_gpu_cp" ]; then
+  B=build-dev
+  echo "building in $B"
+  { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSA_BUILD_DEV=OFF -DDSA_BUILD_EXAMPLES=OFF &&
+    cmake --build "$B" -j --target test_gpu_cp dsa-bench; } \
+    >"$OUT/cmake.log" 2>&1 || { tail -n 30 "$OUT/cmake.log"; exit 1; }
+elif [ "$mode" != compare ] && [ "$mode" != prefill ] && [ "$mode" != wheel ] && [ "$mode" != merge ] &&
   [ ! -x "$B/dev/dsa-dev-sm90-microbench" ]; then
   B=build-dev
   echo "building in $B"
@@ -81,6 +91,25 @@ barriers)
   DSA_TEST_ONLY="H128 fp8 (random bytes) T40" timeout 300 compute-sanitizer --tool synccheck --print-limit 3 \
     "$B/test_gpu_attention" >"$OUT/synccheck-heads_as_m.log" 2>&1
   echo "synccheck heads_as_m: exit $? $(grep -E 'SUMMARY' "$OUT/synccheck-heads_as_m.log" | head -n 1)"
+  ;;
+merge)
+  for k in select runs; do
+    DSA_KERNEL=merge:$k timeout 300 "$B/test_gpu_cp" >"$OUT/test-cp-$k.log" 2>&1 || rc=1
+    echo "test_gpu_cp, merge:$k: $(grep -cE '^ok' "$OUT/test-cp-$k.log") ok; $(tail -n 1 "$OUT/test-cp-$k.log")"
+  done
+  for tool in memcheck racecheck synccheck; do
+    DSA_KERNEL=merge:runs DSA_TEST_ONLY=merge timeout 300 compute-sanitizer --tool $tool --print-limit 5 \
+      "$B/test_gpu_cp" >"$OUT/$tool-runs.log" 2>&1
+    echo "$tool, merge:runs: exit $? $(grep -E 'SUMMARY' "$OUT/$tool-runs.log" | head -n 1)"
+  done
+  for k in select runs; do
+    timeout 120 ncu --clock-control none --kernel-name regex:topk_merge --launch-count 1 \
+      --section SpeedOfLight --section LaunchStats --section WarpStateStats --section SchedulerStats \
+      "$B/dsa-bench" merge --lists 8 --tokens 1 --iters 1 --kernels $k >"$OUT/ncu-merge-$k.log" 2>&1
+    echo "ncu, merge:$k, 1 token x 8 lists:"
+    grep -E "Duration|Warp Cycles Per Issued|Registers Per|Issued Warp" "$OUT/ncu-merge-$k.log" | head -n 6
+  done
+  timeout 400 "$B/dsa-bench" merge --check --json "$OUT/merge.json" "$@" | tee "$OUT/merge-bench.log" || rc=1
   ;;
 tools)
   for t in sm90-microbench attention-mma-split-trace attention-rows-as-m-trace attention-heads-as-m-modes \
@@ -191,7 +220,7 @@ wheel)
   cat "$OUT/python-overhead.log"
   ;;
 *)
-  echo "device_modes: unknown mode '$mode' (tools, barriers, crossover, scores, prefill, compare, wheel)" >&2
+  echo "device_modes: unknown mode '$mode' (tools, barriers, crossover, scores, prefill, merge, compare, wheel)" >&2
   exit 2
   ;;
 esac

@@ -77,4 +77,10 @@
  * workspace size query assumes it, so a workspace sized once fits every sm_90 device. */
 #define DSA_PLAN_MAX_SMS 132
 
+/* ---- context parallelism's merge (cp/) ---- */
+/* The runs kernel (cp/merge_runs.cu) gives a CTA this many of a row's candidates (a cluster of up to
+ * 8 CTAs a row) and takes rows of at most this many lists (its placing searches every other list). */
+#define DSA_MERGE_RUNS_SLICE 2048
+#define DSA_MERGE_RUNS_MAX_LISTS 8
+
 #endif /* DSA_CONFIG_H */

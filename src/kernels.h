@@ -43,6 +43,10 @@ typedef enum {
   DSA_ATTN_ROWS_AS_M = 2,   /* attention/rows_as_m.cu: wgmma, KV rows as M, splits merged in a cluster */
   DSA_ATTN_HEADS_AS_M = 3   /* attention/heads_as_m.cu: wgmma, 64 heads as M, warp-specialised */
 } dsa_attention_kernel;
+typedef enum {
+  DSA_MERGE_SELECT = 1,     /* cp/pieces.cu: one 1,024-thread CTA a row, radix select, the ids sorted */
+  DSA_MERGE_RUNS = 2        /* cp/merge_runs.cu: a cluster a row, the lists' ascending runs merged */
+} dsa_merge_kernel;
 
 /* ---- shared by indexer/ and topk/: which positions a score row covers ---- */
 typedef enum {
@@ -157,8 +161,9 @@ int dsa_mla_kv_store_launch(const dsa_mla_kv_store_args *a, cudaStream_t stream)
 
 /* ---- cp/: context parallelism's single-GPU pieces (arguments as checked by host/api_cp.c) ---- */
 int dsa_cp_candidates_launch(const dsa_cp_candidates_args *a, cudaStream_t stream);
-/* num_rows >= 1; shared memory num_lists * k_in * 8 bytes (<= 128 KiB) + 9 KiB */
-int dsa_topk_merge_launch(const dsa_topk_merge_args *a, cudaStream_t stream);
+/* num_rows >= 1; kernel: a dsa_merge_kernel (DSA_MERGE_RUNS: num_lists <= DSA_MERGE_RUNS_MAX_LISTS,
+ * num_rows x ceil(num_lists x k_in / DSA_MERGE_RUNS_SLICE) <= 2^31 - 1) */
+int dsa_topk_merge_launch(const dsa_topk_merge_args *a, int kernel, cudaStream_t stream);
 int dsa_cp_local_indices_launch(const dsa_cp_local_indices_args *a, cudaStream_t stream);
 int dsa_lse_combine_launch(const dsa_lse_combine_args *a, cudaStream_t stream);
 
@@ -189,6 +194,7 @@ int dsa_attention_mma_split_launch(const dsa_sparse_mla_args *a, const dsa_atten
                                    cudaStream_t stream);
 int dsa_attention_rows_as_m_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan *plan, cudaStream_t stream);
 int dsa_attention_heads_as_m_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan *plan, cudaStream_t stream);
+int dsa_topk_merge_runs_launch(const dsa_topk_merge_args *a, cudaStream_t stream);
 #ifdef __cplusplus
 }
 #endif

@@ -1,8 +1,9 @@
 /*
  * test_gpu_cp.c — context parallelism's single-GPU pieces on one GPU (dsa.h "Context parallelism"):
  *   - dsa_topk_merge against the CPU reference (ties, NaN, -inf, -1 entries, W = 1..8 lists, rows
- *     with fewer valid candidates than topk, none at all), and the same output for the lists in
- *     another order;
+ *     with fewer valid candidates than topk, none at all; lists in random id order and, as dsa_cp
+ *     makes them, in ascending id order), and the same output for the lists in another order
+ *     (cmake/dsa_tests.cmake runs the program again with DSA_KERNEL=merge:runs);
  *   - dsa_lse_combine against the CPU reference (bf16 and float32 parts, ranks without rows, rows
  *     without any part);
  *   - simulated ranks: one decode problem sharded over W ranks (round robin and blocks; each rank its
@@ -30,7 +31,32 @@ typedef struct {
   int kinds; /* 0 random; 1 also ties / NaN / -inf / -1 entries; 2 few values (many ties); 3 a narrow
                 band [1, 1 + 2^-12) (the radix select's low digits) */
   uint64_t seed;
+  int ascending; /* each list's valid ids in ascending order (-1 entries left where they fall) */
 } merge_case;
+
+static int cmp_id_score(const void *x, const void *y) {
+  const int32_t a = ((const int32_t *)x)[0], b = ((const int32_t *)y)[0];
+  return (a > b) - (a < b);
+}
+
+/* List [at, at + k): its valid (id, score) pairs reordered by ascending id into the valid slots. */
+static void sort_list(int32_t *id, float *sc, size_t k) {
+  int32_t *pairs = hmalloc(k * 8); /* (id, score bits) */
+  size_t nv = 0;
+  for (size_t j = 0; j < k; j++)
+    if (id[j] >= 0) {
+      pairs[2 * nv] = id[j];
+      memcpy(&pairs[2 * nv + 1], &sc[j], 4);
+      nv++;
+    }
+  qsort(pairs, nv, 8, cmp_id_score);
+  for (size_t j = 0, v = 0; j < k; j++)
+    if (id[j] >= 0) {
+      id[j] = pairs[2 * v];
+      memcpy(&sc[j], &pairs[2 * v + 1], 4);
+      v++;
+    }
+}
 
 static void merge_case_run(const void *arg) {
   const merge_case *c = arg;
@@ -63,6 +89,11 @@ static void merge_case_run(const void *arg) {
         }
         sc[at] = f;
         if (empty_row || (sparse_row && rng_below(4) != 0) || (c->kinds == 1 && rng_below(16) == 0)) id[at] = -1;
+      }
+    if (c->ascending)
+      for (int w = 0; w < c->W; w++) {
+        const size_t at = ((size_t)w * c->rows + t) * c->k_in;
+        sort_list(id + at, sc + at, (size_t)c->k_in);
       }
   }
   dsa_topk_merge_args a;
@@ -121,15 +152,25 @@ static void merge_case_run(const void *arg) {
 }
 
 static const merge_case k_merge[] = {
-    {"merge W2 k_in 2048 topk 2048 random", 2, 6, 2048, 2048, 0, 11},
-    {"merge W8 k_in 2048 topk 2048 ties/NaN/inf/-1/empty rows", 8, 9, 2048, 2048, 1, 12},
-    {"merge W3 k_in 700 topk 512 ties/NaN/inf/-1/empty rows", 3, 11, 700, 512, 1, 13},
-    {"merge W4 k_in 1024 topk 2048 four values (ties)", 4, 5, 1024, 2048, 2, 14},
-    {"merge W1 k_in 100 topk 37", 1, 40, 100, 37, 1, 15},
-    {"merge W5 k_in 1 topk 3", 5, 64, 1, 3, 1, 16},
-    {"merge W2 k_in 2048 topk 1 four values", 2, 3, 2048, 1, 2, 17},
-    {"merge W2 k_in 2048 topk 2048 narrow band", 2, 4, 2048, 2048, 3, 18},
-    {"merge W6 k_in 1500 topk 700 narrow band", 6, 3, 1500, 700, 3, 19},
+    {"merge W2 k_in 2048 topk 2048 random", 2, 6, 2048, 2048, 0, 11, 0},
+    {"merge W8 k_in 2048 topk 2048 ties/NaN/inf/-1/empty rows", 8, 9, 2048, 2048, 1, 12, 0},
+    {"merge W3 k_in 700 topk 512 ties/NaN/inf/-1/empty rows", 3, 11, 700, 512, 1, 13, 0},
+    {"merge W4 k_in 1024 topk 2048 four values (ties)", 4, 5, 1024, 2048, 2, 14, 0},
+    {"merge W1 k_in 100 topk 37", 1, 40, 100, 37, 1, 15, 0},
+    {"merge W5 k_in 1 topk 3", 5, 64, 1, 3, 1, 16, 0},
+    {"merge W2 k_in 2048 topk 1 four values", 2, 3, 2048, 1, 2, 17, 0},
+    {"merge W2 k_in 2048 topk 2048 narrow band", 2, 4, 2048, 2048, 3, 18, 0},
+    {"merge W6 k_in 1500 topk 700 narrow band", 6, 3, 1500, 700, 3, 19, 0},
+    /* lists in ascending id order (dsa_cp's): the runs kernel places them without a sort */
+    {"merge W8 k_in 2048 topk 2048 ascending lists", 8, 5, 2048, 2048, 0, 21, 1},
+    {"merge W2 k_in 2048 topk 2048 ascending lists", 2, 6, 2048, 2048, 0, 22, 1},
+    {"merge W4 k_in 2048 topk 2048 ascending, ties/NaN/inf/-1/empty rows", 4, 9, 2048, 2048, 1, 23, 1},
+    {"merge W3 k_in 700 topk 512 ascending, ties/NaN/inf/-1/empty rows", 3, 11, 700, 512, 1, 24, 1},
+    {"merge W5 k_in 1000 topk 2048 ascending, four values (ties)", 5, 4, 1000, 2048, 2, 25, 1},
+    {"merge W6 k_in 1500 topk 700 ascending, narrow band", 6, 3, 1500, 700, 3, 26, 1},
+    {"merge W7 k_in 3 topk 5 ascending", 7, 64, 3, 5, 1, 27, 1},
+    {"merge W1 k_in 100 topk 37 ascending", 1, 40, 100, 37, 1, 28, 1},
+    {"merge W8 k_in 2048 topk 1 ascending", 8, 3, 2048, 1, 0, 29, 1},
 };
 
 /* ---------------------------------------------------------------------------------------------- */

@@ -576,6 +576,53 @@ static void test_indexer_kernel_choice(void) {
   dsa_choose_override(NULL);
 }
 
+/* Context parallelism's merge: select by default (runs not yet run on a GPU); DSA_KERNEL=merge:runs
+ * forces runs where it can take the lists (<= DSA_MERGE_RUNS_MAX_LISTS), select elsewhere; a
+ * malformed merge value fails the call with nothing launched. */
+static dsa_status merge_call(int lists, int rows, int k_in) {
+  dsa_topk_merge_args m;
+  memset(&m, 0, sizeof m);
+  m.cand_scores = FAKE(0x100000000000ull);
+  m.cand_ids = FAKE(0x110000000000ull);
+  m.num_lists = lists;
+  m.num_rows = rows;
+  m.k_in = k_in;
+  m.topk = 2048;
+  m.indices = FAKE(0x120000000000ull);
+  m.lens = FAKE(0x130000000000ull);
+  dsa_stub_begin_call(NULL, 0);
+  g_dsa_stub.merge_kernel = 0;
+  return dsa_topk_merge(&m, 0);
+}
+
+static void test_merge_kernel_choice(void) {
+  static const struct {
+    const char *spec;
+    int lists, rows, k_in, want;
+  } cases[] = {
+      {NULL, 2, 1, 2048, DSA_MERGE_SELECT},        {NULL, 8, 64, 2048, DSA_MERGE_SELECT},
+      {"merge:runs", 8, 1, 2048, DSA_MERGE_RUNS},  {"merge:runs", 2, 4096, 2048, DSA_MERGE_RUNS},
+      {"merge:runs", 3, 5, 700, DSA_MERGE_RUNS},   {"merge:runs", 9, 1, 1000, DSA_MERGE_SELECT},
+      {"merge:runs", 16, 1, 1024, DSA_MERGE_SELECT}, {"merge:select", 8, 1, 2048, DSA_MERGE_SELECT},
+  };
+  static const char *const kname[3] = {"?", "select", "runs"};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    dsa_choose_override(cases[i].spec);
+    const dsa_status st = merge_call(cases[i].lists, cases[i].rows, cases[i].k_in);
+    char name[160];
+    snprintf(name, sizeof name, "merge kernel for %d lists x %d of %d rows, DSA_KERNEL=%s: %s", cases[i].lists,
+             cases[i].k_in, cases[i].rows, cases[i].spec ? cases[i].spec : "(none)", kname[cases[i].want]);
+    check(st == DSA_OK && g_dsa_stub.violations == 0 && g_dsa_stub.merge_kernel == cases[i].want, name,
+          "status %lld, got kernel %lld", st, g_dsa_stub.merge_kernel);
+  }
+  dsa_choose_override("merge:sort");
+  const dsa_status st = merge_call(2, 1, 2048);
+  check(st == DSA_ERR_INVALID_VALUE && strstr(dsa_last_error(), "select | runs") && g_dsa_stub.launches == 0,
+        "DSA_KERNEL=\"merge:sort\": the merge fails with a message listing its kernels, nothing launched",
+        "status %lld, launches %lld", st, g_dsa_stub.launches);
+  dsa_choose_override(NULL);
+}
+
 /* A malformed DSA_KERNEL: every call that would launch a stage's kernel fails with
  * DSA_ERR_INVALID_VALUE naming the value; nothing is launched; a call with no work is unaffected. */
 static void test_override_errors(void) {
@@ -653,6 +700,7 @@ int main(void) {
   test_mla_kernel_choice();
   test_indexer_kernel_choice();
   test_override_errors();
+  test_merge_kernel_choice();
   test_device_errors();
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;

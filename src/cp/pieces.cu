@@ -2,7 +2,8 @@
  * cp/pieces.cu — the single-GPU pieces of context parallelism (dsa.h "Context parallelism", DESIGN.md §9).
  *
  *   cp_candidates     [rows, k] local top-k positions -> (score, global position) pairs
- *   topk_merge        [W, rows, k_in] pairs -> the exact top-k ids of each row, ascending
+ *   topk_merge        [W, rows, k_in] pairs -> the exact top-k ids of each row, ascending (the select
+ *                     kernel below; the runs kernel, for lists in ascending id order: merge_runs.cu)
  *   cp_local_indices  [tokens, k] global positions -> this rank's cache slots (-1: another rank's),
  *                     or compacted: its own first, with their count
  *   lse_combine       [W, tokens, heads, 512] partial outputs + [W, tokens, heads] lse -> out, lse
@@ -257,7 +258,10 @@ __global__ void __launch_bounds__(MERGE_THREADS, 1) topk_merge_kernel(const dsa_
   if (a.lens && threadIdx.x == 0) a.lens[t] = k;
 }
 
-extern "C" int dsa_topk_merge_launch(const dsa_topk_merge_args *a, cudaStream_t stream) {
+/* The merge's kernel as the choice table (host/choose.c) names it: select here, runs in
+ * cp/merge_runs.cu. */
+extern "C" int dsa_topk_merge_launch(const dsa_topk_merge_args *a, int kernel, cudaStream_t stream) {
+  if (kernel == DSA_MERGE_RUNS) return dsa_topk_merge_runs_launch(a, stream);
   static dsa_smem_cache cache;
   const size_t smem = merge_smem(a->num_lists * a->k_in);
   return (int)dsa_launch_smem(topk_merge_kernel, &cache, dim3((unsigned)a->num_rows), MERGE_THREADS, smem, stream,

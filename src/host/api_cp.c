@@ -5,6 +5,7 @@
 #include "dsa.h"
 
 #include "host/check.h"
+#include "host/choose.h"
 #include "kernels.h"
 
 static dsa_status check_shard(const char *fn, const dsa_shard *s) {
@@ -87,7 +88,8 @@ dsa_status dsa_topk_merge(const dsa_topk_merge_args *a, cudaStream_t stream) {
   CHECK(check_topk_outputs(fn, a->indices, "indices", a->lens, "lens", a->num_rows, a->topk));
   int sms = 0;
   CHECK(dsa_need_device(fn, &sms));
-  return dsa_cuda_status(fn, dsa_topk_merge_launch(a, stream));
+  CHECK(dsa_choose_ready(fn));
+  return dsa_cuda_status(fn, dsa_topk_merge_launch(a, dsa_choose_merge(a), stream));
 }
 
 dsa_status dsa_cp_local_indices(const dsa_cp_local_indices_args *a, cudaStream_t stream) {

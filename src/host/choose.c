@@ -18,7 +18,7 @@
 /* ---- the override ---------------------------------------------------------------------------- */
 
 typedef struct {
-  int indexer, scores, topk, attention; /* a dsa_*_kernel, 0 = the table's choice */
+  int indexer, scores, topk, attention, merge; /* a dsa_*_kernel, 0 = the table's choice */
   char error[256];             /* non-empty: DSA_KERNEL did not parse */
 } kernel_override;
 
@@ -35,6 +35,7 @@ static const kernel_name k_topk_names[] = {
 static const kernel_name k_attention_names[] = {
     {"mma_split", DSA_ATTN_MMA_SPLIT}, {"rows_as_m", DSA_ATTN_ROWS_AS_M}, {"heads_as_m", DSA_ATTN_HEADS_AS_M},
     {NULL, 0}};
+static const kernel_name k_merge_names[] = {{"select", DSA_MERGE_SELECT}, {"runs", DSA_MERGE_RUNS}, {NULL, 0}};
 
 static void list_names(const kernel_name *names, char *out, size_t n) {
   out[0] = 0;
@@ -67,8 +68,9 @@ static void parse_override(const char *spec, kernel_override *o) {
     else if (strcmp(stage, "scores") == 0) names = k_scores_names, slot = &o->scores;
     else if (strcmp(stage, "topk") == 0) names = k_topk_names, slot = &o->topk;
     else if (strcmp(stage, "attention") == 0) names = k_attention_names, slot = &o->attention;
+    else if (strcmp(stage, "merge") == 0) names = k_merge_names, slot = &o->merge;
     if (!names) {
-      snprintf(o->error, sizeof o->error, "DSA_KERNEL=\"%s\": unknown stage \"%s\" (indexer, scores, topk or attention)", spec,
+      snprintf(o->error, sizeof o->error, "DSA_KERNEL=\"%s\": unknown stage \"%s\" (indexer, scores, topk, attention or merge)", spec,
                stage);
       return;
     }
@@ -267,4 +269,20 @@ int dsa_choose_attention(const dsa_sparse_mla_args *a, int num_sms) {
   /* mma_split: one token and small batches (decode 1 token x 16 / 64 / 128 heads 11.4 / 13.6 /
    * 17.2 us, the index list split over CTAs and combined) */
   return DSA_ATTN_MMA_SPLIT;
+}
+
+/* ---- context parallelism: the merge of the ranks' candidate lists (dsa_topk_merge) ------------ */
+
+/* runs (a cluster of ceil(n / 2048) CTAs a row; no sort where each list's ids ascend, as dsa_cp's
+ * do) takes up to DSA_MERGE_RUNS_MAX_LISTS lists; select (one 1,024-thread CTA a row, the selected
+ * ids sorted) takes any. select by default: runs was written on 2026-12-05 without a GPU and has not
+ * been run or timed on one; it runs only where DSA_KERNEL=merge:runs forces it (select measured:
+ * one token of 2 x 2048 candidates 21.2 us under ncu, docs/PERF.md). */
+int dsa_choose_merge(const dsa_topk_merge_args *a) {
+  const int forced = override_get()->merge;
+  const int64_t ctas = (int64_t)a->num_rows *
+                       (((int64_t)a->num_lists * a->k_in + DSA_MERGE_RUNS_SLICE - 1) / DSA_MERGE_RUNS_SLICE);
+  const int runs_can = a->num_lists <= DSA_MERGE_RUNS_MAX_LISTS && ctas <= 0x7fffffff;
+  if (forced == DSA_MERGE_RUNS && runs_can) return DSA_MERGE_RUNS;
+  return DSA_MERGE_SELECT;
 }

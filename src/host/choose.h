@@ -9,6 +9,7 @@
  *     scores     mma | wgmma | wgmma_tma
  *     topk       registers | slices | chain
  *     attention  mma_split | rows_as_m | heads_as_m
+ *     merge      select | runs         (context parallelism's dsa_topk_merge)
  *
  * A forced kernel runs wherever it can take the shape; elsewhere the stage's table decides as if
  * nothing were forced (the table says where). A malformed value fails every call that launches a
@@ -41,7 +42,11 @@ void dsa_choose_topk(dsa_topk_params *p);
 /* Stage 3, attention: the kernel (dsa_attention_kernel) for a call on a device of num_sms SMs. */
 int dsa_choose_attention(const dsa_sparse_mla_args *a, int num_sms);
 
-/* Tests: parse spec as if it were DSA_KERNEL (NULL: none) and use it from now on in this process. */
+/* Context parallelism's merge (dsa_topk_merge): a dsa_merge_kernel for checked args a. */
+int dsa_choose_merge(const dsa_topk_merge_args *a);
+
+/* Tests and dsa-bench merge: parse spec as if it were DSA_KERNEL (NULL: none) and use it from now on
+ * in this process. */
 void dsa_choose_override(const char *spec);
 
 #ifdef __cplusplus

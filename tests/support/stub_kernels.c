@@ -462,8 +462,14 @@ int dsa_cp_candidates_launch(const dsa_cp_candidates_args *a, cudaStream_t strea
   return count_launch();
 }
 
-int dsa_topk_merge_launch(const dsa_topk_merge_args *a, cudaStream_t stream) {
+int dsa_topk_merge_launch(const dsa_topk_merge_args *a, int kernel, cudaStream_t stream) {
   (void)stream;
+  REQUIRE(kernel == DSA_MERGE_SELECT ||
+              (kernel == DSA_MERGE_RUNS && a->num_lists <= DSA_MERGE_RUNS_MAX_LISTS &&
+               (int64_t)a->num_rows * ((a->num_lists * a->k_in + DSA_MERGE_RUNS_SLICE - 1) / DSA_MERGE_RUNS_SLICE) <=
+                   0x7fffffff),
+          "merge kernel %d for %d lists x %d rows", kernel, a->num_lists, a->num_rows);
+  g_dsa_stub.merge_kernel = kernel;
   REQUIRE(a->num_rows >= 1 && a->num_lists >= 1 && a->k_in >= 1 &&
               (int64_t)a->num_lists * a->k_in <= DSA_MAX_MERGE_CANDIDATES,
           "merge rows %d lists %d k_in %d", a->num_rows, a->num_lists, a->k_in);

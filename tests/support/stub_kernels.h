@@ -43,6 +43,7 @@ typedef struct {
   int scores_kernel;        /* the last scores launch's dsa_scores_kernel */
   int topk_kernel;          /* the last plain (non-deferred) top-k launch's dsa_topk_kernel */
   int topk_cluster;         /* and its CTAs a row */
+  int merge_kernel;         /* the last merge launch's dsa_merge_kernel */
   int violations;
   char first_violation[512];
 } dsa_stub_state;

@@ -13,6 +13,7 @@
  *   serve.c   `dsa-bench serve`: decode at serving batches, attention at 128 x 128 heads
  *   attn.c    `dsa-bench attn`: sparse MLA attention alone
  *   cp.c      `dsa-bench cp`: one step over several GPUs through NCCL (built where NCCL is)
+ *   merge.c   `dsa-bench merge`: context parallelism's merge alone, simulated ranks on one GPU
  *
  * Random inputs come from tests/support: rng.h and inputs.h on the host, inputs_gpu.h for the
  * caches (generated on the GPU); every CUDA and dsa call is checked by check.h's CK / DSA_CK.
@@ -152,7 +153,7 @@ typedef struct {
 
 /* ---- Stages: one library call each, with its arguments and workspace ---- */
 
-typedef enum { ST_DEC_SCORES, ST_DEC_INDEXER, ST_PRE_SCORES, ST_PRE_INDEXER, ST_ATTN } stage_kind;
+typedef enum { ST_DEC_SCORES, ST_DEC_INDEXER, ST_PRE_SCORES, ST_PRE_INDEXER, ST_ATTN, ST_MERGE } stage_kind;
 
 typedef struct {
   stage_kind kind;
@@ -267,5 +268,7 @@ void upload_seq_lens(bench *b, int B, int64_t S);
 void run_decode_row(bench *b, row_result *row, table_kind tbl, int B, int64_t S);
 /* cp.c (built with DSA_HAVE_CP): argv[0] is "cp" */
 int cp_main(int argc, char **argv);
+/* ---- merge.c ---- */
+int merge_main(int argc, char **argv);
 
 #endif /* DSA_BENCH_H */

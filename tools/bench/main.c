@@ -6,6 +6,7 @@
  *   dsa-bench serve [options]   decode at serving batches, and attention TFLOP/s at b128 x h128
  *   dsa-bench attn [options]    sparse MLA attention alone at the shapes that decide serving cost
  *   dsa-bench cp [options]      one step over several GPUs through NCCL (cp.c)
+ *   dsa-bench merge [options]   context parallelism's merge alone, simulated ranks (merge.c)
  *
  * How a row is measured:
  *   1. inputs: one pool of random data (index-K pages, MLA KV slots) sized for the largest row,
@@ -45,7 +46,8 @@ static void ck_die(const char *file, int line, const char *call, const char *mes
 
 static void usage(FILE *f) {
   fprintf(f,
-"usage: dsa-bench glm|serve|attn [options]   (dsa-bench cp --help: several GPUs, dsa_cp)\n"
+"usage: dsa-bench glm|serve|attn [options]   (dsa-bench cp --help: several GPUs, dsa_cp;\n"
+"       dsa-bench merge --help: the context-parallel merge alone, simulated ranks)\n"
 "\n"
 "  glm    the reference tables of DESIGN.md §6 at the GLM shapes: decode (1 request x 1 query\n"
 "         token) and prefill (64 query tokens at the end of an S-token context), S = 512 ... 1M.\n"
@@ -305,6 +307,7 @@ int main(int argc, char **argv) {
     return 2;
 #endif
   }
+  if (argc > 1 && !strcmp(argv[1], "merge")) return merge_main(argc - 1, argv + 1);
   static bench b; /* large; zero-initialised */
   parse_args(argc, argv, &b.o);
   const options *o = &b.o;

@@ -25,6 +25,7 @@ static dsa_status stage_call(const stage *s, cudaStream_t st) {
   case ST_PRE_SCORES: return dsa_indexer_prefill_scores(s->args, st);
   case ST_PRE_INDEXER: return dsa_indexer_prefill(s->args, s->ws, s->ws_bytes, st);
   case ST_ATTN: return dsa_sparse_mla(s->args, s->ws, s->ws_bytes, st);
+  case ST_MERGE: return dsa_topk_merge(s->args, st);
   }
   return DSA_ERR_INVALID_VALUE;
 }
@@ -36,6 +37,7 @@ static const char *stage_name(stage_kind k) {
   case ST_PRE_SCORES: return "dsa_indexer_prefill_scores";
   case ST_PRE_INDEXER: return "dsa_indexer_prefill";
   case ST_ATTN: return "dsa_sparse_mla";
+  case ST_MERGE: return "dsa_topk_merge";
   }
   return "?";
 }

@@ -113,3 +113,8 @@ __device__ __forceinline__ float2 ptx_ld_cluster_f32x2(uint32_t addr) {
   asm("ld.shared::cluster.v2.f32 {%0,%1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
   return v;
 }
+/* A store into a peer CTA's shared memory (st, §9.7.9 data movement: st.shared::cluster), for the
+ * peer to read after a cluster barrier (barrier.cluster.arrive.release / wait.acquire). */
+__device__ __forceinline__ void ptx_st_cluster_u32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared::cluster.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
