@@ -85,8 +85,8 @@ foreach(forced attention:mma_split attention:rows_as_m attention:heads_as_m scor
   string(REPLACE ":" "_" _name ${forced})
   dsa_gpu_test(dsa.gpu_api_${_name} test_gpu_api "DSA_KERNEL=${forced}")
 endforeach()
-# dsa_cp: its argument errors on the host (no GPU); the step on 2 GPUs through NCCL against one GPU
-# (skipped with fewer than 2 GPUs)
+# dsa_cp: its argument errors on the host (no GPU); the step on 2, 4 and 8 GPUs (as many as the host
+# has; skipped with fewer than 2) through NCCL against one GPU, on the table's merge and on runs
 if(DSA_HAVE_NCCL)
   add_executable(test_cp_nccl tests/test_cp_nccl.c tests/support/cp_problem.cu)
   target_compile_options(test_cp_nccl PRIVATE $<$<COMPILE_LANGUAGE:C>:${DSA_WARNINGS}>)
@@ -94,6 +94,7 @@ if(DSA_HAVE_NCCL)
   target_link_libraries(test_cp_nccl PRIVATE dsa_cp_static dsa_support)
   add_test(NAME dsa.cp_errors COMMAND test_cp_nccl --host)
   dsa_gpu_test(dsa.cp_nccl test_cp_nccl "NCCL_NVLS_ENABLE=0")
+  dsa_gpu_test(dsa.cp_nccl_merge_runs test_cp_nccl "NCCL_NVLS_ENABLE=0;DSA_KERNEL=merge:runs")
 endif()
 
 # ---- Host-layer tests that run without a GPU, under AddressSanitizer + UndefinedBehaviorSanitizer ----

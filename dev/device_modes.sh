@@ -29,6 +29,11 @@
 #              (DSA_KERNEL=merge:select / merge:runs), memcheck / racecheck / synccheck over the merge
 #              cases on runs, dsa-bench merge --check (W = 2 / 4 / 8 lists, 1 / 64 / 4096 tokens, both
 #              kernels; extra args passed on), ncu of both kernels at one token x 8 lists
+#   cp         several GPUs (issue 24; the nvidia-h200-x4 / -x8 kinds): test_cp_nccl at every W the host
+#              has (2, 4, 8), on the table's merge and on merge:runs, then for W = 4 and 8 dsa-bench cp
+#              --check: decode batch 1 and 8 at 1M / 2M / 4M / 8M (round robin and blocks), the same in
+#              CUDA graphs at 1M and 8M, prefill 4096 tokens at 1M; NCCL_NVLS_ENABLE=0 throughout.
+#              CP_STEPS picks some of "tests decode graph prefill" (default all)
 #   compare    builds side by side, carried to the machine: DSA_COMPARE="label=dir[:DSA_KERNEL value]
 #              ..."; per entry the indexer, top-k and attention test programs and dsa-bench glm
 #              (extra args, default --sizes 8k,128k,1M) --check; one table of scores / top-k ms
@@ -46,6 +51,12 @@ if [ "$mode" = prefill ] && [ ! -x "$B/test_gpu_indexer" ]; then
   { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSA_BUILD_DEV=OFF -DDSA_BUILD_EXAMPLES=OFF &&
     cmake --build "$B" -j --target test_gpu_indexer test_gpu_api test_gpu_garbage dsa-bench; } \
     >"$OUT/cmake.log" 2>&1 || { tail -n 30 "$OUT/cmake.log"; exit 1; }
+elif [ "$mode" = cp ] && [ ! -x "$B/test_cp_nccl" ]; then
+  B=build-dev
+  echo "building in $B"
+  { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSA_BUILD_DEV=OFF -DDSA_BUILD_EXAMPLES=OFF &&
+    cmake --build "$B" -j --target test_cp_nccl dsa-bench; } \
+    >"$OUT/cmake.log" 2>&1 || { tail -n 30 "$OUT/cmake.log"; exit 1; }
 elif [ "$mode" = merge ] && [ ! -x "$B/test_gpu_cp" ]; then
   B=build-dev
   echo "building in $B"
@@ -53,6 +64,7 @@ elif [ "$mode" = merge ] && [ ! -x "$B/test_gpu_cp" ]; then
     cmake --build "$B" -j --target test_gpu_cp dsa-bench; } \
     >"$OUT/cmake.log" 2>&1 || { tail -n 30 "$OUT/cmake.log"; exit 1; }
 elif [ "$mode" != compare ] && [ "$mode" != prefill ] && [ "$mode" != wheel ] && [ "$mode" != merge ] &&
+  [ "$mode" != cp ] &&
   [ ! -x "$B/dev/dsa-dev-sm90-microbench" ]; then
   B=build-dev
   echo "building in $B"
@@ -91,6 +103,36 @@ barriers)
   DSA_TEST_ONLY="H128 fp8 (random bytes) T40" timeout 300 compute-sanitizer --tool synccheck --print-limit 3 \
     "$B/test_gpu_attention" >"$OUT/synccheck-heads_as_m.log" 2>&1
   echo "synccheck heads_as_m: exit $? $(grep -E 'SUMMARY' "$OUT/synccheck-heads_as_m.log" | head -n 1)"
+  ;;
+cp)
+  export NCCL_NVLS_ENABLE=0
+  steps=${CP_STEPS:-tests decode graph prefill}
+  ngpu=$(nvidia-smi -L | wc -l)
+  if [[ " $steps " == *" tests "* ]]; then
+    for k in "" merge:runs; do
+      DSA_KERNEL=$k timeout 590 "$B/test_cp_nccl" >"$OUT/test-cp-nccl${k:+-runs}.log" 2>&1 || rc=1
+      label=${k:-default}
+      echo "test_cp_nccl, merge $label: $(grep -c '^ok' "$OUT/test-cp-nccl${k:+-runs}.log") ok," \
+        "$(grep -c '^FAIL' "$OUT/test-cp-nccl${k:+-runs}.log") failed; $(grep '^skip' "$OUT/test-cp-nccl${k:+-runs}.log" | tr '\n' ' ')"
+    done
+  fi
+  for W in 4 8; do
+    [ "$W" -le "$ngpu" ] || { echo "W = $W: $ngpu GPUs here"; continue; }
+    if [[ " $steps " == *" decode "* ]]; then
+      for layout in rr blocks; do
+        timeout 590 "$B/dsa-bench" cp --gpus $W --layout $layout --sizes 1M,2M,4M,8M --batches 1,8 --check \
+          --json "$OUT/cp-${W}gpu-$layout.json" "$@" | tee "$OUT/cp-${W}gpu-$layout.log" || rc=1
+      done
+    fi
+    if [[ " $steps " == *" graph "* ]]; then
+      timeout 590 "$B/dsa-bench" cp --gpus $W --graph --sizes 1M,8M --batches 1,8 --check \
+        --json "$OUT/cp-${W}gpu-graph.json" "$@" | tee "$OUT/cp-${W}gpu-graph.log" || rc=1
+    fi
+    if [[ " $steps " == *" prefill "* ]]; then
+      timeout 590 "$B/dsa-bench" cp --gpus $W --prefill 4096 --sizes 1M --check \
+        --json "$OUT/cp-${W}gpu-prefill.json" "$@" | tee "$OUT/cp-${W}gpu-prefill.log" || rc=1
+    fi
+  done
   ;;
 merge)
   for k in select runs; do
@@ -220,7 +262,7 @@ wheel)
   cat "$OUT/python-overhead.log"
   ;;
 *)
-  echo "device_modes: unknown mode '$mode' (tools, barriers, crossover, scores, prefill, merge, compare, wheel)" >&2
+  echo "device_modes: unknown mode '$mode' (tools, barriers, crossover, scores, prefill, merge, cp, compare, wheel)" >&2
   exit 2
   ;;
 esac

@@ -1,6 +1,7 @@
 /*
- * test_cp_nccl.c — dsa_cp_decode on 2 GPUs through NCCL (one host thread a rank, one communicator
- * from ncclCommInitAll) against the same step on one GPU (dsa_indexer_decode + dsa_sparse_mla over
+ * test_cp_nccl.c — dsa_cp_decode on W = 2, 4 and 8 GPUs through NCCL (each W the host has; one host
+ * thread a rank, one communicator from ncclCommInitAll a W; DSA_CP_WORLDS="2,4" picks some) against
+ * the same step on one GPU (dsa_indexer_decode + dsa_sparse_mla over
  * the whole context): every rank's top-k positions and lens identical to the one GPU's; every
  * rank's out within DESIGN.md §5's attention tolerance of the one GPU's (both bf16, so the bound is
  * the tolerance, 1e-2), lse within 1e-3 x max(1, |lse|); the ranks' outputs identical to each
@@ -272,7 +273,7 @@ static int host_errors(void) {
 }
 
 /* ---------------------------------------------------------------------------------------------- */
-/* Two GPUs                                                                                        */
+/* W GPUs                                                                                          */
 
 typedef struct {
   const char *name;
@@ -352,7 +353,7 @@ static void run_case(const nccl_case *c, int W, ncclComm_t *comms) {
         for (int i = 0; i < K && bad < 0; i++)
           if (run.positions[r][(size_t)t * K + i] != pos1[(size_t)t * K + i]) bad = t;
       }
-      snprintf(name, sizeof name, "%s: rank %d top-k = one GPU's (%d tokens)", c->name, r, T);
+      snprintf(name, sizeof name, "%s, W %d: rank %d top-k = one GPU's (%d tokens)", c->name, W, r, T);
       snprintf(detail, sizeof detail, "token %d differs (lens %d vs %d)", bad, bad >= 0 ? run.lens[r][bad] : 0,
                bad >= 0 ? len1[bad] : 0);
       check(bad < 0, name, detail);
@@ -368,12 +369,12 @@ static void run_case(const nccl_case *c, int W, ncclComm_t *comms) {
           }
         }
       }
-      snprintf(name, sizeof name, "%s: rank %d attention = one GPU's (rel L2 %.2e, lse %.2e)", c->name, r, worst,
-               worst_lse);
+      snprintf(name, sizeof name, "%s, W %d: rank %d attention = one GPU's (rel L2 %.2e, lse %.2e)", c->name, W, r,
+               worst, worst_lse);
       check(worst <= 1e-2 && worst_lse <= 1e-3, name, "beyond 1e-2 / 1e-3");
       if (r > 0) {
         const int same = !memcmp(run.out[r], run.out[0], no * 2) && !memcmp(run.lse[r], run.lse[0], (size_t)T * H * 4);
-        snprintf(name, sizeof name, "%s: rank %d out and lse bitwise rank 0's", c->name, r);
+        snprintf(name, sizeof name, "%s, W %d: rank %d out and lse bitwise rank 0's", c->name, W, r);
         check(same, name, "the ranks disagree");
       }
     }
@@ -408,16 +409,43 @@ int main(int argc, char **argv) {
     printf("SKIP test_cp_nccl: needs 2 sm_90 GPUs, found %d (of %d CUDA devices)\n", sm90, n);
     return 77;
   }
-  const int W = 2;
-  int devs[2] = {0, 1};
-  ncclComm_t comms[2];
-  ncclResult_t nr = ncclCommInitAll(comms, W, devs);
-  if (nr != ncclSuccess) {
-    printf("FAIL ncclCommInitAll: %s\n", ncclGetErrorString(nr));
-    return 1;
+  /* the world sizes: DSA_CP_WORLDS (comma separated), else 2, 4, 8 — each only where the host has
+   * that many sm_90 GPUs (assumed to be devices 0..W-1) */
+  int worlds[8], nw = 0;
+  const char *env = getenv("DSA_CP_WORLDS");
+  if (env && *env) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", env);
+    for (char *t = strtok(buf, ","); t && nw < 8; t = strtok(NULL, ",")) worlds[nw++] = atoi(t);
+  } else {
+    worlds[nw++] = 2;
+    worlds[nw++] = 4;
+    worlds[nw++] = 8;
   }
-  for (int i = 0; i < (int)(sizeof k_cases / sizeof k_cases[0]); i++) run_case(&k_cases[i], W, comms);
-  for (int i = 0; i < W; i++) ncclCommDestroy(comms[i]);
+  for (int wi = 0; wi < nw; wi++) {
+    const int W = worlds[wi];
+    if (W < 2 || W > DSA_MAX_CP_RANKS) {
+      printf("FAIL DSA_CP_WORLDS: %d is not in 2..%d\n", W, DSA_MAX_CP_RANKS);
+      g_fail++;
+      continue;
+    }
+    if (W > sm90) {
+      printf("skip W = %d: %d sm_90 GPUs here\n", W, sm90);
+      continue;
+    }
+    int devs[DSA_MAX_CP_RANKS];
+    ncclComm_t comms[DSA_MAX_CP_RANKS];
+    for (int i = 0; i < W; i++) devs[i] = i;
+    ncclResult_t nr = ncclCommInitAll(comms, W, devs);
+    if (nr != ncclSuccess) {
+      printf("FAIL ncclCommInitAll(%d): %s\n", W, ncclGetErrorString(nr));
+      g_fail++;
+      continue;
+    }
+    printf("== W = %d\n", W);
+    for (int i = 0; i < (int)(sizeof k_cases / sizeof k_cases[0]); i++) run_case(&k_cases[i], W, comms);
+    for (int i = 0; i < W; i++) ncclCommDestroy(comms[i]);
+  }
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;
 }
