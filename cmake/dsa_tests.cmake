@@ -60,8 +60,11 @@ dsa_gpu_test(dsa.gpu_cp_merge_runs test_gpu_cp "DSA_KERNEL=merge:runs")
 dsa_gpu_test(dsa.gpu_attention_mma_split test_gpu_attention "DSA_KERNEL=attention:mma_split")
 dsa_gpu_test(dsa.gpu_attention_rows_as_m test_gpu_attention "DSA_KERNEL=attention:rows_as_m")
 dsa_gpu_test(dsa.gpu_attention_heads_as_m test_gpu_attention "DSA_KERNEL=attention:heads_as_m")
+# (seesaw takes bf16 KV; the FP8 cases run the table's kernel under it)
+dsa_gpu_test(dsa.gpu_attention_seesaw test_gpu_attention "DSA_KERNEL=attention:seesaw")
 dsa_gpu_test(dsa.gpu_garbage_rows_as_m test_gpu_garbage "DSA_KERNEL=attention:rows_as_m;DSA_TEST_ONLY=attention")
 dsa_gpu_test(dsa.gpu_garbage_heads_as_m test_gpu_garbage "DSA_KERNEL=attention:heads_as_m;DSA_TEST_ONLY=attention")
+dsa_gpu_test(dsa.gpu_garbage_seesaw test_gpu_garbage "DSA_KERNEL=attention:seesaw;DSA_TEST_ONLY=attention")
 # the indexer cases on each scorer forced (the table: wgmma for prefill, wgmma_tma for FP8-q decode
 # with 64-key pages, mma otherwise)
 dsa_gpu_test(dsa.gpu_scores_mma test_gpu_indexer "DSA_KERNEL=scores:mma")
@@ -80,7 +83,7 @@ dsa_gpu_test(dsa.gpu_indexer_fused test_gpu_indexer "DSA_KERNEL=indexer:fused")
 dsa_gpu_test(dsa.gpu_indexer_fused_wgmma test_gpu_indexer "DSA_KERNEL=indexer:fused,scores:wgmma")
 # the API cases (a workspace one byte short, empty batches, the CUDA graph of decode + attention) on
 # each forced kernel too: every kernel captured in a graph
-foreach(forced attention:mma_split attention:rows_as_m attention:heads_as_m scores:mma scores:wgmma
+foreach(forced attention:mma_split attention:rows_as_m attention:heads_as_m attention:seesaw scores:mma scores:wgmma
         scores:wgmma_tma topk:chain topk:slices indexer:separate indexer:fused)
   string(REPLACE ":" "_" _name ${forced})
   dsa_gpu_test(dsa.gpu_api_${_name} test_gpu_api "DSA_KERNEL=${forced}")

@@ -293,7 +293,7 @@ __device__ __forceinline__ void hmx_consume_qk(const hm_params &p, const hm_ctx 
     }
   }
   ptx_bar_sync(HM_BAR_EPILOGUE, 256);
-  hm_store_out(p, x, o, h0, qd, 0);
+  hm_store_out(p, x, o, h0, qd, 0, x.l_s[h0], x.l_s[h0 + 8]);
 }
 
 /* hm_consume_pv, with the switch and the stamps */
@@ -323,7 +323,7 @@ __device__ __forceinline__ void hmx_consume_pv(const hm_params &p, const hm_ctx 
   }
   ptx_bar_sync(HM_BAR_EPILOGUE, 256);
   if (x.splits > 1) hm_stage_o(x, o, h0, qd, 256);
-  else hm_store_out(p, x, o, h0, qd, 256);
+  else hm_store_out(p, x, o, h0, qd, 256, x.l_s[h0], x.l_s[h0 + 8]);
 }
 
 /* hm_attention_kernel on the copies */

@@ -29,6 +29,9 @@
 #              (DSA_KERNEL=merge:select / merge:runs), memcheck / racecheck / synccheck over the merge
 #              cases on runs, dsa-bench merge --check (W = 2 / 4 / 8 lists, 1 / 64 / 4096 tokens, both
 #              kernels; extra args passed on), ncu of both kernels at one token x 8 lists
+#   seesaw     the seesaw attention consumers (bf16 KV, issue 22): test_gpu_attention and test_gpu_api
+#              under DSA_KERNEL=attention:seesaw, memcheck / racecheck / synccheck over two bf16 cases,
+#              then dsa-bench attn --kv bf16 --check with heads_as_m and with seesaw forced (one table)
 #   cp         several GPUs (issue 24; the nvidia-h200-x4 / -x8 kinds): test_cp_nccl at every W the host
 #              has (2, 4, 8), on the table's merge and on merge:runs, then for W = 4 and 8 dsa-bench cp
 #              --check: decode batch 1 and 8 at 1M / 2M / 4M / 8M (round robin and blocks), the same in
@@ -51,6 +54,12 @@ if [ "$mode" = prefill ] && [ ! -x "$B/test_gpu_indexer" ]; then
   { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSA_BUILD_DEV=OFF -DDSA_BUILD_EXAMPLES=OFF &&
     cmake --build "$B" -j --target test_gpu_indexer test_gpu_api test_gpu_garbage dsa-bench; } \
     >"$OUT/cmake.log" 2>&1 || { tail -n 30 "$OUT/cmake.log"; exit 1; }
+elif [ "$mode" = seesaw ] && [ ! -x "$B/test_gpu_attention" ]; then
+  B=build-dev
+  echo "building in $B"
+  { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSA_BUILD_DEV=OFF -DDSA_BUILD_EXAMPLES=OFF &&
+    cmake --build "$B" -j --target test_gpu_attention test_gpu_api dsa-bench; } \
+    >"$OUT/cmake.log" 2>&1 || { tail -n 30 "$OUT/cmake.log"; exit 1; }
 elif [ "$mode" = cp ] && [ ! -x "$B/test_cp_nccl" ]; then
   B=build-dev
   echo "building in $B"
@@ -64,7 +73,7 @@ elif [ "$mode" = merge ] && [ ! -x "$B/test_gpu_cp" ]; then
     cmake --build "$B" -j --target test_gpu_cp dsa-bench; } \
     >"$OUT/cmake.log" 2>&1 || { tail -n 30 "$OUT/cmake.log"; exit 1; }
 elif [ "$mode" != compare ] && [ "$mode" != prefill ] && [ "$mode" != wheel ] && [ "$mode" != merge ] &&
-  [ "$mode" != cp ] &&
+  [ "$mode" != cp ] && [ "$mode" != seesaw ] &&
   [ ! -x "$B/dev/dsa-dev-sm90-microbench" ]; then
   B=build-dev
   echo "building in $B"
@@ -103,6 +112,34 @@ barriers)
   DSA_TEST_ONLY="H128 fp8 (random bytes) T40" timeout 300 compute-sanitizer --tool synccheck --print-limit 3 \
     "$B/test_gpu_attention" >"$OUT/synccheck-heads_as_m.log" 2>&1
   echo "synccheck heads_as_m: exit $? $(grep -E 'SUMMARY' "$OUT/synccheck-heads_as_m.log" | head -n 1)"
+  ;;
+seesaw)
+  for prog in test_gpu_attention test_gpu_api; do
+    DSA_KERNEL=attention:seesaw timeout 400 "$B/$prog" >"$OUT/$prog-seesaw.log" 2>&1 || rc=1
+    echo "$prog, attention:seesaw: $(tail -n 1 "$OUT/$prog-seesaw.log")"
+  done
+  for tool in memcheck racecheck synccheck; do
+    for only in "H64 bf16 kv_stride 640, T80" "H16 bf16 kv_stride 576, T1 topk2048"; do
+      DSA_KERNEL=attention:seesaw DSA_TEST_ONLY="$only" timeout 300 compute-sanitizer --tool $tool --print-limit 5 \
+        "$B/test_gpu_attention" >"$OUT/$tool-${only%%,*}.log" 2>&1
+      echo "$tool ($only): exit $? $(grep -E 'SUMMARY' "$OUT/$tool-${only%%,*}.log" | head -n 1)"
+    done
+  done
+  for k in heads_as_m seesaw; do
+    DSA_KERNEL=attention:$k timeout 500 "$B/dsa-bench" attn --kv bf16 --check --json "$OUT/attn-bf16-$k.json" "$@" \
+      >"$OUT/attn-bf16-$k.log" 2>&1 || rc=1
+  done
+  python3 - "$OUT/attn-bf16-heads_as_m.json" "$OUT/attn-bf16-seesaw.json" <<'PY'
+import json, sys
+runs = [{r.get("shape"): r for r in json.load(open(f))["rows"]} for f in sys.argv[1:]]
+print("%-22s %14s %14s" % ("shape (bf16 KV, us)", "heads_as_m", "seesaw"))
+for shape in runs[0]:
+    cells = []
+    for run in runs:
+        r = run.get(shape)
+        cells.append("%8.1f %-5s" % (1e3 * r["attn_ms"], r.get("check", "")) if r else "-")
+    print("%-22s %14s %14s" % (shape, *cells))
+PY
   ;;
 cp)
   export NCCL_NVLS_ENABLE=0
@@ -262,7 +299,7 @@ wheel)
   cat "$OUT/python-overhead.log"
   ;;
 *)
-  echo "device_modes: unknown mode '$mode' (tools, barriers, crossover, scores, prefill, merge, cp, compare, wheel)" >&2
+  echo "device_modes: unknown mode '$mode' (tools, barriers, crossover, scores, prefill, merge, seesaw, cp, compare, wheel)" >&2
   exit 2
   ;;
 esac

@@ -287,7 +287,9 @@ DSA_API dsa_status dsa_topk(const dsa_topk_args *args, void *workspace, size_t w
  * are computed in f16 after per-row power-of-two scaling, so a 128-value group more than 2^14 times
  * smaller than its row's largest loses relative precision); the library picks the one measured
  * faster for the shape (docs/PERF.md). The environment variable DSA_KERNEL=attention:mma_split (or
- * rows_as_m, heads_as_m) forces one, for comparisons and bisecting (README.md).
+ * rows_as_m, heads_as_m) forces one, for comparisons and bisecting (README.md); attention:seesaw
+ * forces heads_as_m's CTAs with two consumer warpgroups alternating chunks (bf16 KV only; not yet
+ * measured, never chosen by the library).
  */
 typedef struct {
   const void *q;            /* [num_tokens, num_heads, 576] bf16, contiguous, 16-B aligned */

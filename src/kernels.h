@@ -41,7 +41,9 @@ typedef enum {
 typedef enum {
   DSA_ATTN_MMA_SPLIT = 1,   /* attention/mma_split.cu: mma.sync, split partials + combine kernel */
   DSA_ATTN_ROWS_AS_M = 2,   /* attention/rows_as_m.cu: wgmma, KV rows as M, splits merged in a cluster */
-  DSA_ATTN_HEADS_AS_M = 3   /* attention/heads_as_m.cu: wgmma, 64 heads as M, warp-specialised */
+  DSA_ATTN_HEADS_AS_M = 3,  /* attention/heads_as_m.cu: wgmma, 64 heads as M, warp-specialised */
+  DSA_ATTN_SEESAW = 4       /* attention/heads_as_m.cu with the seesaw consumers: two warpgroups alternate
+                               chunks' QK and softmax, each its O half */
 } dsa_attention_kernel;
 typedef enum {
   DSA_MERGE_SELECT = 1,     /* cp/pieces.cu: one 1,024-thread CTA a row, radix select, the ids sorted */

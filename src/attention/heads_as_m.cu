@@ -16,7 +16,9 @@
  * with the P and alpha warpgroup 0 publishes (named barriers hm_barrier, bar.sync on both sides);
  * warpgroup 2 (hm_produce_bf16 / hm_produce_fp8) gathers rows into a two-tile full/empty mbarrier
  * ring (common/mbar_ring.cuh). Both consumers first stage Q (hm_load_q). Registers (setmaxnreg):
- * HM_REG_*.
+ * HM_REG_*. The seesaw (DSA_ATTN_SEESAW, bf16 KV; hm_consume_seesaw) keeps the CTA, the producer and
+ * the plan but alternates the consumers: warpgroup j runs QK + softmax of chunks c = j mod 2 and PV
+ * of every chunk on its 256 dims, P of its own chunk from registers.
  * Gathers: the 8 lanes of a row cover one 128-byte line of it per instruction (whole L2 lines) and one
  * swizzled 128-byte tile row (conflict-free stores).
  *   bf16 KV   cp.async straight into the tile, up to two chunks in flight; a landed chunk is
@@ -92,7 +94,13 @@ enum hm_barrier {
   HM_BAR_P_READY = 1,  /* warpgroup 0 has published P(c) and alpha(c) */
   HM_BAR_P_FREE = 2,   /* warpgroup 1 is done with P(c) and alpha(c) */
   HM_BAR_Q_LOADED = 3, /* Q staged (and the FP8 head factors) */
-  HM_BAR_EPILOGUE = 4  /* warpgroup 1 has read its last alpha: (m, l) and O may be written */
+  HM_BAR_EPILOGUE = 4, /* warpgroup 1 has read its last alpha: (m, l) and O may be written */
+  /* the seesaw consumers (hm_consume_seesaw): one direction each, bar.arrive by the writer, bar.sync
+   * by the reader */
+  HM_BAR_M_0TO1 = 5,   /* warpgroup 0 has published m and alpha of its chunk */
+  HM_BAR_M_1TO0 = 6,
+  HM_BAR_P_0TO1 = 7,   /* warpgroup 0 has published P of its chunk */
+  HM_BAR_P_1TO0 = 8
 };
 
 /* setmaxnreg per warpgroup (QK + softmax, PV only, producer): 128 x (sum) <= 384 x 168 = 64512 */
@@ -101,6 +109,12 @@ enum hm_barrier {
 #define HM_REG_PRODUCER(FP8) ((FP8) ? 128 : 80)
 static_assert(HM_REG_QK(true) + HM_REG_PV(true) + HM_REG_PRODUCER(true) <= 504, "registers");
 static_assert(HM_REG_QK(false) + HM_REG_PV(false) + HM_REG_PRODUCER(false) <= 504, "registers");
+/* The seesaw (bf16 KV only): both consumer warpgroups hold an O half, S and the softmax, 208 each, the
+ * producer 80. With FP8 KV it does not fit yet: the FP8 producer holds a chunk's rows (128), and
+ * at 2 x 184 + 136, 2 x 192 + 120 or 2 x 200 + 104 ptxas spills (468 / 184 / 176 bytes of loads)
+ * and serialises the wgmmas (C7512) — it needs a producer with fewer rows in flight. */
+#define HM_REG_SEESAW 208
+static_assert(2 * HM_REG_SEESAW + HM_REG_PRODUCER(false) <= 504, "registers");
 
 typedef struct {
   mla_io io;              /* num_slots capped at 2^31 (mla_slots_cap) */
@@ -191,10 +205,9 @@ __device__ __forceinline__ void hm_rescale(float (&o)[128], float a0, float a1) 
   }
 }
 
-/* Normalised O half -> out (bf16), heads past H skipped. */
+/* Normalised O half -> out (bf16), heads past H skipped; L0, L1: the sums of rows h0, h0 + 8. */
 __device__ __forceinline__ void hm_store_out(const hm_params &p, const hm_ctx &x, const float (&o)[128], int h0, int qd,
-                                             int dbase) {
-  const float L0 = x.l_s[h0], L1 = x.l_s[h0 + 8];
+                                             int dbase, float L0, float L1) {
   const float i0 = L0 > 0.f ? 1.f / L0 : 0.f, i1 = L1 > 0.f ? 1.f / L1 : 0.f;
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
@@ -218,6 +231,104 @@ __device__ __forceinline__ void hm_stage_o(const hm_ctx &x, const float (&o)[128
   }
 }
 
+/* qk_tile: S[64 heads, 64 rows] of the tile at kv_u32; Q no-swizzle K-major, tile 128B-swizzle
+ * K-major; the descriptors advance by adding (byte offset >> 4) to the start-address field. */
+template <bool FP8>
+__device__ __forceinline__ void hm_qk_tile(float (&s)[32], float (&o)[128], const hm_ctx &x, uint32_t kv_u32) {
+  const uint64_t dq = ptx_wgmma_desc(x.q_u32, 128, HM_RG), dk = ptx_wgmma_desc_sw128(kv_u32, 16, 1024);
+  ptx_wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < 36; ++k)
+    hm_wgmma_n64(FP8 && k < 32, s, dq + 16 * k, dk + (((k >> 2) * HM_SEG + (k & 3) * 32) >> 4), k > 0);
+  ptx_wgmma_commit();
+  ptx_wgmma_wait<0>();
+  ptx_reg_fence(s);
+  ptx_reg_fence(o);
+}
+
+/* online_softmax of tile b's S (a head row lives in one lane quad): the running max (m0, m1) moves
+ * to the chunk's, s becomes P, (a0, a1) = exp of old max - new, (ps0, ps1) the quad-partial sums of P. FP8: S = (Q 2^-e_h).(K 2^-K_r), the
+ * score is S 2^e_h 2^K_r, both powers of two (exact). */
+template <bool FP8>
+__device__ __forceinline__ void hm_softmax(float (&s)[32], const hm_params &p, const hm_ctx &x, int b, int qd, float qs0,
+                                           float qs1, float &m0, float &m1, float &a0, float &a1, float &ps0,
+                                           float &ps1) {
+  const int *valid = x.valid_s + b * HM_ROWS;
+  const float *colf = x.colf_s + b * HM_ROWS;
+  float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int col = 8 * j + 2 * qd + (e & 1);
+      const bool ok = valid[col] >= 0;
+      const float f = FP8 ? ((e & 2) ? qs1 : qs0) * colf[col] : p.scale_log2;
+      s[4 * j + e] = ok ? s[4 * j + e] * f : -INFINITY;
+      if (e < 2) mx0 = fmaxf(mx0, s[4 * j + e]);
+      else mx1 = fmaxf(mx1, s[4 * j + e]);
+    }
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+  const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+  const float b0 = n0 == -INFINITY ? 0.f : n0, b1 = n1 == -INFINITY ? 0.f : n1;
+  a0 = ptx_ex2(m0 - b0);
+  a1 = ptx_ex2(m1 - b1);
+  m0 = n0;
+  m1 = n1;
+  ps0 = 0.f;
+  ps1 = 0.f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[4 * j + e] = ptx_ex2(s[4 * j + e] - ((e & 2) ? b1 : b0));
+      if (e < 2) ps0 += s[4 * j + e];
+      else ps1 += s[4 * j + e];
+    }
+}
+
+/* FP8: PV reads rows scaled by 2^-K_r, so P's column r takes 2^K_r (clamped to the f16 range). */
+template <bool FP8>
+__device__ __forceinline__ void hm_p_row_factors(float (&s)[32], const hm_ctx &x, int b, int qd) {
+  if (FP8) {
+    const float *colf = x.colf_s + b * HM_ROWS;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[4 * j + e] = fminf(s[4 * j + e] * colf[8 * j + 2 * qd + (e & 1)], 65504.f);
+  }
+}
+
+/* P packed in the 16-bit type, k-step by k-step: pa[jp] = rows (h0, h0 + 8) x columns 16 jp + 2 qd
+ * + {0, 1} and + 8 — four 8x8 matrices for stmatrix, and wgmma's A fragment. */
+template <bool FP8>
+__device__ __forceinline__ void hm_pack_p(const float (&s)[32], uint32_t (&pa)[4][4]) {
+#pragma unroll
+  for (int jp = 0; jp < 4; ++jp)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) pa[jp][r] = hm_pack<FP8>(s[8 * jp + 2 * r], s[8 * jp + 2 * r + 1]);
+}
+
+/* P to shared memory, [8 head groups][8 row blocks][128 B], by stmatrix. */
+__device__ __forceinline__ void hm_store_p_packed(const uint32_t (&pa)[4][4], uint32_t p_u32, int w, int lane) {
+  const int mi = lane >> 3, ri = lane & 7;
+#pragma unroll
+  for (int jp = 0; jp < 4; ++jp) {
+    /* matrices: (heads 16w.., rows 16jp..), (heads 16w+8.., 16jp..), (16w.., 16jp+8..), (16w+8.., 16jp+8..) */
+    const uint32_t addr = p_u32 + (2 * w + (mi & 1)) * 1024 + (2 * jp + (mi >> 1)) * 128 + ri * 16;
+    ptx_stmatrix_x4(addr, pa[jp][0], pa[jp][1], pa[jp][2], pa[jp][3]);
+  }
+}
+
+template <bool FP8>
+__device__ __forceinline__ void hm_store_p(const float (&s)[32], uint32_t p_u32, int w, int lane) {
+  uint32_t pa[4][4];
+  hm_pack_p<FP8>(s, pa);
+  hm_store_p_packed(pa, p_u32, w, lane);
+}
+
 /* Warpgroup 0: qk_tile, online_softmax, P to shared memory, PV for dims 0..255; the lse and the
  * final sums for both warpgroups. Thread (w, lane) holds head rows h0 = 16w + lane/4 and h0 + 8. */
 template <bool FP8>
@@ -232,75 +343,16 @@ __device__ __forceinline__ void hm_consume_qk(const hm_params &p, const hm_ctx &
     const int b = c & 1;
     ring_wait_full<2>(x.ring, c);
     const uint32_t kv_u32 = x.tile_u32 + b * HM_TILE;
-    /* ---- qk_tile: S[64 heads, 64 rows]; Q no-swizzle K-major, tile 128B-swizzle K-major; the
-     * descriptors advance by adding (byte offset >> 4) to the start-address field ---- */
     float s[32];
-    const uint64_t dq = ptx_wgmma_desc(x.q_u32, 128, HM_RG), dk = ptx_wgmma_desc_sw128(kv_u32, 16, 1024);
-    ptx_wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < 36; ++k)
-      hm_wgmma_n64(FP8 && k < 32, s, dq + 16 * k, dk + (((k >> 2) * HM_SEG + (k & 3) * 32) >> 4), k > 0);
-    ptx_wgmma_commit();
-    ptx_wgmma_wait<0>();
-    ptx_reg_fence(s);
-    ptx_reg_fence(o);
-    /* ---- online_softmax: a head row lives in one lane quad ---- */
-    /* FP8: S = (Q 2^-e_h).(K 2^-K_r): the score is S 2^e_h 2^K_r, both powers of two (exact) */
-    const int *valid = x.valid_s + b * HM_ROWS;
-    const float *colf = x.colf_s + b * HM_ROWS;
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = 8 * j + 2 * qd + (e & 1);
-        const bool ok = valid[col] >= 0;
-        const float f = FP8 ? ((e & 2) ? qs1 : qs0) * colf[col] : p.scale_log2;
-        s[4 * j + e] = ok ? s[4 * j + e] * f : -INFINITY;
-        if (e < 2) mx0 = fmaxf(mx0, s[4 * j + e]);
-        else mx1 = fmaxf(mx1, s[4 * j + e]);
-      }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-    const float b0 = n0 == -INFINITY ? 0.f : n0, b1 = n1 == -INFINITY ? 0.f : n1;
-    const float a0 = ptx_ex2(m0 - b0), a1 = ptx_ex2(m1 - b1);
-    m0 = n0;
-    m1 = n1;
-    float ps0 = 0.f, ps1 = 0.f;
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[4 * j + e] = ptx_ex2(s[4 * j + e] - ((e & 2) ? b1 : b0));
-        if (e < 2) ps0 += s[4 * j + e];
-        else ps1 += s[4 * j + e];
-      }
+    hm_qk_tile<FP8>(s, o, x, kv_u32);
+    float a0, a1, ps0, ps1;
+    hm_softmax<FP8>(s, p, x, b, qd, qs0, qs1, m0, m1, a0, a1, ps0, ps1);
     l0 = l0 * a0 + ps0; /* quad-partial sums, reduced at the end */
     l1 = l1 * a1 + ps1;
-    if (FP8) { /* PV reads rows scaled by 2^-K_r: P's column r takes 2^K_r (clamped to the f16 range) */
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[4 * j + e] = fminf(s[4 * j + e] * colf[8 * j + 2 * qd + (e & 1)], 65504.f);
-    }
-    /* ---- P (bf16) and alpha to shared memory, for both warpgroups' PV ---- */
+    hm_p_row_factors<FP8>(s, x, b, qd);
+    /* ---- P and alpha to shared memory, for both warpgroups' PV ---- */
     if (c >= 1) ptx_bar_sync(HM_BAR_P_FREE, 256); /* warpgroup 1 is done with P(c-1) and alpha(c-1) */
-    {
-      const int mi = lane >> 3, ri = lane & 7;
-#pragma unroll
-      for (int jp = 0; jp < 4; ++jp) {
-        /* matrices: (heads 16w.., rows 16jp..), (heads 16w+8.., 16jp..), (16w.., 16jp+8..), (16w+8.., 16jp+8..) */
-        const uint32_t x0 = hm_pack<FP8>(s[8 * jp + 0], s[8 * jp + 1]);
-        const uint32_t x1 = hm_pack<FP8>(s[8 * jp + 2], s[8 * jp + 3]);
-        const uint32_t x2 = hm_pack<FP8>(s[8 * jp + 4], s[8 * jp + 5]);
-        const uint32_t x3 = hm_pack<FP8>(s[8 * jp + 6], s[8 * jp + 7]);
-        const uint32_t addr = x.p_u32 + (2 * w + (mi & 1)) * 1024 + (2 * jp + (mi >> 1)) * 128 + ri * 16;
-        ptx_stmatrix_x4(addr, x0, x1, x2, x3);
-      }
-    }
+    hm_store_p<FP8>(s, x.p_u32, w, lane);
     if (qd == 0) {
       x.alpha_s[h0] = a0;
       x.alpha_s[h0 + 8] = a1;
@@ -340,7 +392,7 @@ __device__ __forceinline__ void hm_consume_qk(const hm_params &p, const hm_ctx &
     }
   }
   ptx_bar_sync(HM_BAR_EPILOGUE, 256);
-  hm_store_out(p, x, o, h0, qd, 0);
+  hm_store_out(p, x, o, h0, qd, 0, x.l_s[h0], x.l_s[h0 + 8]);
 }
 
 /* Warpgroup 1: PV for dims 256..511 with the P and alpha warpgroup 0 publishes. */
@@ -365,7 +417,139 @@ __device__ __forceinline__ void hm_consume_pv(const hm_params &p, const hm_ctx &
   }
   ptx_bar_sync(HM_BAR_EPILOGUE, 256);
   if (x.splits > 1) hm_stage_o(x, o, h0, qd, 256);
-  else hm_store_out(p, x, o, h0, qd, 256);
+  else hm_store_out(p, x, o, h0, qd, 256, x.l_s[h0], x.l_s[h0 + 8]);
+}
+
+/* pv_tile with P from registers: the S accumulators' layout is wgmma's A fragment, four k-steps of
+ * 16 rows (pa[ks]: rows h0, h0 + 8 x columns 16 ks + 2 qd + {0, 1, 8, 9}, packed). */
+template <bool F16>
+__device__ __forceinline__ void hm_pv_issue_rs(float (&o)[128], const uint32_t (&pa)[4][4], uint32_t kv_u32, int dbase) {
+  const uint64_t dv = ptx_wgmma_desc_sw128(kv_u32 + (dbase / 64) * HM_SEG, HM_SEG, 1024);
+  ptx_reg_fence(o);
+  ptx_wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    if (F16) ptx_wgmma_m64n256k16_rs_f16<1>(o, pa[ks], dv + 128 * ks, 1);
+    else ptx_wgmma_m64n256k16_rs_bf16<1>(o, pa[ks], dv + 128 * ks, 1);
+  }
+  ptx_wgmma_commit();
+}
+
+/* The other warpgroup's chunk c on this warpgroup's O half: its P from shared memory, O and the own
+ * partial sums rescaled by its alpha first (chunks accumulate in order). */
+template <bool FP8>
+__device__ __forceinline__ void hm_seesaw_other_pv(float (&o)[128], float &l0, float &l1, const hm_ctx &x, int c,
+                                                   float ap0, float ap1, int bar_p_theirs, int dbase) {
+  const int b = c & 1;
+  ring_wait_full<2>(x.ring, c); /* complete already (the other waited on it); this thread's own acquire */
+  ptx_bar_sync(bar_p_theirs, 256); /* P(c) in shared memory */
+  hm_rescale(o, ap0, ap1);
+  hm_pv_issue<FP8>(o, x.p_u32, x.tile_u32 + b * HM_TILE, dbase);
+  ptx_wgmma_wait<0>();
+  ptx_reg_fence(o);
+  ptx_mbar_arrive(ring_empty(x.ring, b));
+  l0 *= ap0;
+  l1 *= ap1;
+}
+
+/* Seesaw consumers (DSA_ATTN_SEESAW): warpgroup j (0, 1) owns O dims [256j, 256j + 256) and runs the
+ * QK and online softmax of the chunks c = j, j + 2, ... (FlashMLA's and TileLang's "seesaw"), so one
+ * warpgroup's softmax runs under the other's QK and PV. Per own chunk c:
+ *   QK(c); m and alpha of the other's chunk c - 1 (bar M, theirs); softmax(c) from that m; m and
+ *   alpha of c to shared memory (bar M, mine); PV of the other's chunk c - 1 with its P from shared
+ *   memory (bar P, theirs); P(c) to shared memory (bar P, mine); PV(c) with P from registers.
+ * One buffer each for m, alpha and P serves both directions: a warpgroup overwrites a value only
+ * after it has read the other's (program order) and the other has read its previous one (the M or P
+ * barrier it waited on comes after that read). Each keeps the sums of its own chunks' P, rescaled by
+ * every chunk's alpha; the total is the two. m lives in l_s during the chunks. */
+template <bool FP8>
+__device__ __forceinline__ void hm_consume_seesaw(const hm_params &p, const hm_ctx &x, int j, int w, int lane) {
+  const int g = lane >> 2, qd = lane & 3, h0 = 16 * w + g, dbase = 256 * j;
+  const int bar_m_mine = j ? HM_BAR_M_1TO0 : HM_BAR_M_0TO1, bar_m_theirs = j ? HM_BAR_M_0TO1 : HM_BAR_M_1TO0;
+  const int bar_p_mine = j ? HM_BAR_P_1TO0 : HM_BAR_P_0TO1, bar_p_theirs = j ? HM_BAR_P_0TO1 : HM_BAR_P_1TO0;
+  float *m_s = x.l_s;
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+  const float qs0 = FP8 ? p.scale_log2 * x.qexp_s[h0] : 0.f, qs1 = FP8 ? p.scale_log2 * x.qexp_s[h0 + 8] : 0.f;
+  for (int c = j; c < x.n; c += 2) {
+    const int b = c & 1;
+    ring_wait_full<2>(x.ring, c);
+    const uint32_t kv_u32 = x.tile_u32 + b * HM_TILE;
+    float s[32];
+    hm_qk_tile<FP8>(s, o, x, kv_u32);
+    float ap0 = 1.f, ap1 = 1.f; /* alpha of the other's chunk c - 1 */
+    if (c > 0) {
+      ptx_bar_sync(bar_m_theirs, 256); /* m and alpha after the other's chunk c - 1 */
+      m0 = m_s[h0];
+      m1 = m_s[h0 + 8];
+      ap0 = x.alpha_s[h0];
+      ap1 = x.alpha_s[h0 + 8];
+      __syncwarp(); /* the quad has read them before its lane 0 writes chunk c's */
+    }
+    float a0, a1, ps0, ps1;
+    hm_softmax<FP8>(s, p, x, b, qd, qs0, qs1, m0, m1, a0, a1, ps0, ps1);
+    hm_p_row_factors<FP8>(s, x, b, qd);
+    if (qd == 0) {
+      m_s[h0] = m0;
+      m_s[h0 + 8] = m1;
+      x.alpha_s[h0] = a0;
+      x.alpha_s[h0 + 8] = a1;
+    }
+    ptx_bar_arrive(bar_m_mine, 256);
+    uint32_t pa[4][4];
+    hm_pack_p<FP8>(s, pa);
+    if (c > 0) hm_seesaw_other_pv<FP8>(o, l0, l1, x, c - 1, ap0, ap1, bar_p_theirs, dbase);
+    /* P(c) for the other; the buffer's P(c - 1) was read by the PV above */
+    hm_store_p_packed(pa, x.p_u32, w, lane);
+    ptx_fence_proxy_async_smem();
+    ptx_bar_arrive(bar_p_mine, 256);
+    hm_rescale(o, a0, a1);
+    hm_pv_issue_rs<FP8>(o, pa, kv_u32, dbase);
+    ptx_wgmma_wait<0>();
+    ptx_reg_fence(o);
+    ptx_mbar_arrive(ring_empty(x.ring, b));
+    l0 = l0 * a0 + ps0; /* quad-partial sums of the own chunks, reduced at the end */
+    l1 = l1 * a1 + ps1;
+  }
+  if (x.n > 0 && ((x.n - 1) & 1) != j) { /* the other's last chunk */
+    ptx_bar_sync(bar_m_theirs, 256);
+    m0 = m_s[h0];
+    m1 = m_s[h0 + 8];
+    const float ap0 = x.alpha_s[h0], ap1 = x.alpha_s[h0 + 8];
+    hm_seesaw_other_pv<FP8>(o, l0, l1, x, x.n - 1, ap0, ap1, bar_p_theirs, dbase);
+  }
+  if (j == 0) ptx_griddep_launch_dependents();
+  /* ---- epilogue: the two warpgroups' partial sums -> l, lse (warpgroup 0), O halves ---- */
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  ptx_bar_sync(HM_BAR_EPILOGUE, 256); /* both are done with m_s and alpha_s */
+  float *mine = j ? x.l_s : x.alpha_s;
+  if (qd == 0) {
+    mine[h0] = l0;
+    mine[h0 + 8] = l1;
+  }
+  ptx_bar_sync(HM_BAR_EPILOGUE, 256);
+  const float L0 = x.alpha_s[h0] + x.l_s[h0], L1 = x.alpha_s[h0 + 8] + x.l_s[h0 + 8];
+  if (x.splits > 1) { /* (m, l) and O to shared memory for the cluster merge (hm_merge_splits) */
+    ptx_bar_sync(HM_BAR_EPILOGUE, 256); /* both have read the sums: (m, l) may overwrite them */
+    if (j == 0 && qd == 0) {
+      float2 *ml = (float2 *)x.alpha_s; /* HM_ML_OFF */
+      ml[h0] = make_float2(m0, L0);
+      ml[h0 + 8] = make_float2(m1, L1);
+    }
+    hm_stage_o(x, o, h0, qd, dbase);
+    return;
+  }
+  if (j == 0 && qd == 0 && p.io.lse) {
+    const int H = p.num_heads;
+    if (x.head0 + h0 < H) p.io.lse[x.t * H + x.head0 + h0] = mla_lse(m0, L0);
+    if (x.head0 + h0 + 8 < H) p.io.lse[x.t * H + x.head0 + h0 + 8] = mla_lse(m1, L1);
+  }
+  hm_store_out(p, x, o, h0, qd, dbase, L0, L1);
 }
 
 /* Splits: merge the cluster's (m, l, O) through distributed shared memory, in rank order (the same
@@ -606,8 +790,9 @@ __device__ __forceinline__ void hm_load_q(const hm_params &p, uint8_t *smem, flo
 /* ---------------------------------------------------------------------------------------------
  * The kernel. Grid: tokens x groups x splits CTAs (split fastest: a cluster is one (token, group)).
  */
-template <bool FP8>
+template <bool FP8, bool SEESAW>
 __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_params p) {
+  static_assert(!(FP8 && SEESAW), "the seesaw takes bf16 KV (HM_REG_SEESAW)");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw_u32 = ptx_smem_u32(smem_raw);
   const uint32_t s_u32 = (raw_u32 + 1023u) & ~1023u;
@@ -675,7 +860,19 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_pa
   x.head0 = head0;
   x.splits = p.splits;
   x.t = t;
-  if (cw == 0) {
+  if (SEESAW) {
+    ptx_setmaxnreg_inc<HM_REG_SEESAW>(); /* both: an O half, S and the softmax */
+    hm_consume_seesaw<FP8>(p, x, cw, warp & 3, lane);
+    if (p.splits > 1) { /* warpgroup 0 merges; warpgroup 1 only joins the cluster barriers */
+      ptx_cluster_sync();
+      if (cw == 0) {
+        if (p.splits == 2) hm_merge_splits<2>(p, s_u32, t, head0, tid);
+        else if (p.splits == 4) hm_merge_splits<4>(p, s_u32, t, head0, tid);
+        else hm_merge_splits<8>(p, s_u32, t, head0, tid);
+      }
+      ptx_cluster_sync();
+    }
+  } else if (cw == 0) {
     ptx_setmaxnreg_inc<HM_REG_QK(FP8)>(); /* O half, S and the softmax */
     hm_consume_qk<FP8>(p, x, warp & 3, lane);
     if (p.splits > 1) { /* warpgroup 0 merges; warpgroup 1 only joins the cluster barriers */
@@ -712,14 +909,14 @@ static hm_params hm_params_of(const dsa_sparse_mla_args *a, const dsa_attention_
   return prm;
 }
 
-template <bool FP8>
+template <bool FP8, bool SEESAW>
 static cudaError_t hm_launch(hm_params prm, int64_t num_tokens, cudaStream_t stream) {
   static dsa_smem_cache cache;
   const int64_t per_token = (int64_t)prm.num_groups * prm.splits;
   return mla_launch_tokens(num_tokens, per_token, [&](int64_t t0, int64_t nt) {
     prm.token_offset = t0;
     /* the splits of a (token, group) are adjacent CTAs: one cluster */
-    return dsa_launch_smem_cluster(hm_attention_kernel<FP8>, &cache, dim3((unsigned)(nt * per_token)), HM_THREADS,
+    return dsa_launch_smem_cluster(hm_attention_kernel<FP8, SEESAW>, &cache, dim3((unsigned)(nt * per_token)), HM_THREADS,
                                    HM_SMEM, stream, true, prm.splits > 1 ? (unsigned)prm.splits : 0u, prm);
   });
 }
@@ -728,7 +925,13 @@ extern "C" int dsa_attention_heads_as_m_launch(const dsa_sparse_mla_args *a, con
                                                cudaStream_t stream) {
   if (a->num_tokens <= 0) return 0;
   const hm_params prm = hm_params_of(a, pl);
-  const cudaError_t err = a->kv_format == DSA_KV_FP8_PACKED ? hm_launch<true>(prm, a->num_tokens, stream)
-                                                            : hm_launch<false>(prm, a->num_tokens, stream);
+  const bool fp8 = a->kv_format == DSA_KV_FP8_PACKED;
+  cudaError_t err;
+  if (fp8) /* the seesaw takes bf16 KV only (the choice table never plans it for FP8) */
+    err = hm_launch<true, false>(prm, a->num_tokens, stream);
+  else if (pl->kernel == DSA_ATTN_SEESAW)
+    err = hm_launch<false, true>(prm, a->num_tokens, stream);
+  else
+    err = hm_launch<false, false>(prm, a->num_tokens, stream);
   return (int)err;
 }

@@ -8,7 +8,7 @@
  *                                      fused indexer; or the two below)
  *     scores     mma | wgmma | wgmma_tma
  *     topk       registers | slices | chain
- *     attention  mma_split | rows_as_m | heads_as_m
+ *     attention  mma_split | rows_as_m | heads_as_m | seesaw
  *     merge      select | runs         (context parallelism's dsa_topk_merge)
  *
  * A forced kernel runs wherever it can take the shape; elsewhere the stage's table decides as if

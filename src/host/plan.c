@@ -279,6 +279,11 @@ static int64_t mla_mma_split_chunk_weight(int mt) { return mt == 1 ? 2 : mt == 2
 dsa_attention_plan dsa_plan_attention(const dsa_sparse_mla_args *a, int num_sms, int kernel) {
   if (kernel == DSA_ATTN_ROWS_AS_M) return mla_plan_rows_as_m(a, num_sms);
   if (kernel == DSA_ATTN_HEADS_AS_M) return mla_plan_heads_as_m(a, num_sms);
+  if (kernel == DSA_ATTN_SEESAW) { /* heads_as_m's CTAs and splits, its seesaw consumers */
+    dsa_attention_plan pl = mla_plan_heads_as_m(a, num_sms);
+    pl.kernel = DSA_ATTN_SEESAW;
+    return pl;
+  }
   if (num_sms < 1) num_sms = 1;
   if (num_sms > DSA_PLAN_MAX_SMS) num_sms = DSA_PLAN_MAX_SMS;
   const int max_mt = mla_mma_split_max_mt(a);

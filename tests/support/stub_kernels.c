@@ -392,9 +392,10 @@ int dsa_attention_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan 
           "mla indices / lens / lse alignment");
   REQUIRE(a->kv_format == DSA_KV_FP8_PACKED || (a->kv_stride >= DSA_MLA_QK_DIM && a->kv_stride % 8 == 0),
           "mla kv_stride %lld", (long long)a->kv_stride);
-  REQUIRE(pl->kernel == DSA_ATTN_MMA_SPLIT || pl->kernel == DSA_ATTN_ROWS_AS_M || pl->kernel == DSA_ATTN_HEADS_AS_M,
+  REQUIRE(pl->kernel == DSA_ATTN_MMA_SPLIT || pl->kernel == DSA_ATTN_ROWS_AS_M || pl->kernel == DSA_ATTN_HEADS_AS_M ||
+              pl->kernel == DSA_ATTN_SEESAW,
           "mla plan kernel %d", pl->kernel);
-  REQUIRE(pl->kernel == DSA_ATTN_HEADS_AS_M
+  REQUIRE(pl->kernel == DSA_ATTN_HEADS_AS_M || pl->kernel == DSA_ATTN_SEESAW
               ? pl->mt == 4
               : pl->mt == 1 || pl->mt == 2 || (pl->mt == 4 && pl->kernel == DSA_ATTN_MMA_SPLIT),
           "mla plan mt %d", pl->mt);
