@@ -65,6 +65,7 @@ dsa_gpu_test(dsa.gpu_attention_seesaw test_gpu_attention "DSA_KERNEL=attention:s
 dsa_gpu_test(dsa.gpu_garbage_rows_as_m test_gpu_garbage "DSA_KERNEL=attention:rows_as_m;DSA_TEST_ONLY=attention")
 dsa_gpu_test(dsa.gpu_garbage_heads_as_m test_gpu_garbage "DSA_KERNEL=attention:heads_as_m;DSA_TEST_ONLY=attention")
 dsa_gpu_test(dsa.gpu_garbage_seesaw test_gpu_garbage "DSA_KERNEL=attention:seesaw;DSA_TEST_ONLY=attention")
+dsa_gpu_test(dsa.gpu_garbage_merge_runs test_gpu_garbage "DSA_KERNEL=merge:runs;DSA_TEST_ONLY=cp pieces")
 # the indexer cases on each scorer forced (the table: wgmma for prefill, wgmma_tma for FP8-q decode
 # with 64-key pages, mma otherwise)
 dsa_gpu_test(dsa.gpu_scores_mma test_gpu_indexer "DSA_KERNEL=scores:mma")

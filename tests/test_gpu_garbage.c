@@ -835,28 +835,43 @@ static void cp_gcase_run(const void *arg) {
     ms[i] = f32_of_bits(garbage_f32_bits());
     mi[i] = i == 0 || rng_below(4) ? garbage_i32(5000) : mi[rng_below((int64_t)i)]; /* repeats too */
   }
-  dsa_topk_merge_args ma = {dput(ms, nm * 4), dput(mi, nm * 4), c->W, c->rows, c->k, c->topk,
-                            out_alloc((size_t)c->rows * c->topk * 4, 0xEE), out_alloc((size_t)c->rows * 4, 0xEE)};
-  chk_begin("%s: merge", c->name);
-  RUN(dsa_topk_merge(&ma, g_stream));
   int32_t *idx = hmalloc((size_t)c->rows * c->topk * 4), *lens = hmalloc((size_t)c->rows * 4);
-  dget(idx, ma.indices, (size_t)c->rows * c->topk * 4);
-  dget(lens, ma.lens, (size_t)c->rows * 4);
-  for (int r = 0; r < c->rows; r++) {
-    if (lens[r] < 0 || lens[r] > c->topk) {
-      chk_fail("row %d: lens %d outside [0, %d]", r, lens[r], c->topk);
-      break;
-    }
-    for (int i = 0; i < c->topk; i++) {
-      const int32_t v = idx[(size_t)r * c->topk + i];
-      if ((i < lens[r] && v < 0) || (i >= lens[r] && v != -1)) {
-        chk_fail("row %d entry %d = %d (lens %d)", r, i, v, lens[r]);
-        r = c->rows;
+  for (int ascending = 0; ascending < 2; ascending++) {
+    /* then each list's ids in ascending order (repeats kept): the runs kernel places such lists
+     * by merging them, with repeated ids across and within lists */
+    if (ascending)
+      for (size_t l = 0; l < (size_t)c->W * c->rows; l++)
+        for (int i = 1; i < c->k; i++) /* insertion sort of list l by id, scores along */
+          for (int j = i; j > 0 && mi[l * c->k + j - 1] > mi[l * c->k + j]; j--) {
+            const int32_t ti = mi[l * c->k + j];
+            mi[l * c->k + j] = mi[l * c->k + j - 1];
+            mi[l * c->k + j - 1] = ti;
+            const float ts = ms[l * c->k + j];
+            ms[l * c->k + j] = ms[l * c->k + j - 1];
+            ms[l * c->k + j - 1] = ts;
+          }
+    dsa_topk_merge_args ma = {dput(ms, nm * 4), dput(mi, nm * 4), c->W, c->rows, c->k, c->topk,
+                              out_alloc((size_t)c->rows * c->topk * 4, 0xEE), out_alloc((size_t)c->rows * 4, 0xEE)};
+    chk_begin("%s: merge%s", c->name, ascending ? ", lists in ascending id order" : "");
+    RUN(dsa_topk_merge(&ma, g_stream));
+    dget(idx, ma.indices, (size_t)c->rows * c->topk * 4);
+    dget(lens, ma.lens, (size_t)c->rows * 4);
+    for (int r = 0; r < c->rows; r++) {
+      if (lens[r] < 0 || lens[r] > c->topk) {
+        chk_fail("row %d: lens %d outside [0, %d]", r, lens[r], c->topk);
         break;
       }
+      for (int i = 0; i < c->topk; i++) {
+        const int32_t v = idx[(size_t)r * c->topk + i];
+        if ((i < lens[r] && v < 0) || (i >= lens[r] && v != -1)) {
+          chk_fail("row %d entry %d = %d (lens %d)", r, i, v, lens[r]);
+          r = c->rows;
+          break;
+        }
+      }
     }
+    chk_end();
   }
-  chk_end();
   /* a rank's share: garbage positions and pages (decode), garbage slots (prefill) */
   const int maxb = 20, R = c->rows;
   int32_t *bt = hmalloc((size_t)R * maxb * 4);
