@@ -180,78 +180,19 @@ __device__ __forceinline__ void hmx_consume_qk(const hm_params &p, const hm_ctx 
       ptx_mbar_arrive(ring_empty(x.ring, b));
       continue;
     }
-    /* ---- qk_tile: S[64 heads, 64 rows]; Q no-swizzle K-major, tile 128B-swizzle K-major; the
-     * descriptors advance by adding (byte offset >> 4) to the start-address field ---- */
     float s[32];
-    const uint64_t dq = ptx_wgmma_desc(x.q_u32, 128, HM_RG), dk = ptx_wgmma_desc_sw128(kv_u32, 16, 1024);
-    ptx_wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < 36; ++k)
-      hm_wgmma_n64(FP8 && k < 32, s, dq + 16 * k, dk + (((k >> 2) * HM_SEG + (k & 3) * 32) >> 4), k > 0);
-    ptx_wgmma_commit();
-    ptx_wgmma_wait<0>();
+    hm_qk_tile<FP8>(s, o, x, kv_u32);
     STAMP(c, 1);
-    ptx_reg_fence(s);
-    ptx_reg_fence(o);
-    /* ---- online_softmax: a head row lives in one lane quad ---- */
-    /* FP8: S = (Q 2^-e_h).(K 2^-K_r): the score is S 2^e_h 2^K_r, both powers of two (exact) */
-    const int *valid = x.valid_s + b * HM_ROWS;
-    const float *colf = x.colf_s + b * HM_ROWS;
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = 8 * j + 2 * qd + (e & 1);
-        const bool ok = valid[col] >= 0;
-        const float f = FP8 ? ((e & 2) ? qs1 : qs0) * colf[col] : p.scale_log2;
-        s[4 * j + e] = ok ? s[4 * j + e] * f : -INFINITY;
-        if (e < 2) mx0 = fmaxf(mx0, s[4 * j + e]);
-        else mx1 = fmaxf(mx1, s[4 * j + e]);
-      }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-    const float b0 = n0 == -INFINITY ? 0.f : n0, b1 = n1 == -INFINITY ? 0.f : n1;
-    const float a0 = ptx_ex2(m0 - b0), a1 = ptx_ex2(m1 - b1);
-    m0 = n0;
-    m1 = n1;
-    float ps0 = 0.f, ps1 = 0.f;
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[4 * j + e] = ptx_ex2(s[4 * j + e] - ((e & 2) ? b1 : b0));
-        if (e < 2) ps0 += s[4 * j + e];
-        else ps1 += s[4 * j + e];
-      }
+    float a0, a1, ps0, ps1;
+    hm_softmax<FP8>(s, p, x, b, qd, qs0, qs1, m0, m1, a0, a1, ps0, ps1);
     l0 = l0 * a0 + ps0; /* quad-partial sums, reduced at the end */
     l1 = l1 * a1 + ps1;
-    if (FP8) { /* PV reads rows scaled by 2^-K_r: P's column r takes 2^K_r (clamped to the f16 range) */
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[4 * j + e] = fminf(s[4 * j + e] * colf[8 * j + 2 * qd + (e & 1)], 65504.f);
-    }
+    hm_p_row_factors<FP8>(s, x, b, qd);
     /* ---- P (bf16) and alpha to shared memory, for both warpgroups' PV ---- */
     STAMP(c, 2);
     if (c >= 1) ptx_bar_sync(HM_BAR_P_FREE, 256);
     STAMP(c, 3); /* warpgroup 1 is done with P(c-1) and alpha(c-1) */
-    {
-      const int mi = lane >> 3, ri = lane & 7;
-#pragma unroll
-      for (int jp = 0; jp < 4; ++jp) {
-        /* matrices: (heads 16w.., rows 16jp..), (heads 16w+8.., 16jp..), (16w.., 16jp+8..), (16w+8.., 16jp+8..) */
-        const uint32_t x0 = hm_pack<FP8>(s[8 * jp + 0], s[8 * jp + 1]);
-        const uint32_t x1 = hm_pack<FP8>(s[8 * jp + 2], s[8 * jp + 3]);
-        const uint32_t x2 = hm_pack<FP8>(s[8 * jp + 4], s[8 * jp + 5]);
-        const uint32_t x3 = hm_pack<FP8>(s[8 * jp + 6], s[8 * jp + 7]);
-        const uint32_t addr = x.p_u32 + (2 * w + (mi & 1)) * 1024 + (2 * jp + (mi >> 1)) * 128 + ri * 16;
-        ptx_stmatrix_x4(addr, x0, x1, x2, x3);
-      }
-    }
+    hm_store_p<FP8>(s, x.p_u32, w, lane);
     if (qd == 0) {
       x.alpha_s[h0] = a0;
       x.alpha_s[h0 + 8] = a1;

@@ -48,37 +48,29 @@ shift || true
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
 
 B=${DSA_BUILD_DIR:-build}
-if [ "$mode" = prefill ] && [ ! -x "$B/test_gpu_indexer" ]; then
+# The programs a mode runs, built with ninja in ./build-dev when $B lacks them ("all": the whole
+# tree with the dev tools; compare and wheel carry their own).
+case $mode in
+prefill) targets="test_gpu_indexer test_gpu_api test_gpu_garbage dsa-bench" ;;
+seesaw) targets="test_gpu_attention test_gpu_api dsa-bench" ;;
+cp) targets="test_cp_nccl dsa-bench" ;;
+merge) targets="test_gpu_cp dsa-bench" ;;
+compare | wheel) targets="" ;;
+*) targets="all" ;;
+esac
+first=${targets%% *}
+[ "$first" = all ] && first=dev/dsa-dev-sm90-microbench
+if [ -n "$targets" ] && [ ! -x "$B/$first" ]; then
   B=build-dev
   echo "building in $B"
-  { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSA_BUILD_DEV=OFF -DDSA_BUILD_EXAMPLES=OFF &&
-    cmake --build "$B" -j --target test_gpu_indexer test_gpu_api test_gpu_garbage dsa-bench; } \
-    >"$OUT/cmake.log" 2>&1 || { tail -n 30 "$OUT/cmake.log"; exit 1; }
-elif [ "$mode" = seesaw ] && [ ! -x "$B/test_gpu_attention" ]; then
-  B=build-dev
-  echo "building in $B"
-  { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSA_BUILD_DEV=OFF -DDSA_BUILD_EXAMPLES=OFF &&
-    cmake --build "$B" -j --target test_gpu_attention test_gpu_api dsa-bench; } \
-    >"$OUT/cmake.log" 2>&1 || { tail -n 30 "$OUT/cmake.log"; exit 1; }
-elif [ "$mode" = cp ] && [ ! -x "$B/test_cp_nccl" ]; then
-  B=build-dev
-  echo "building in $B"
-  { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSA_BUILD_DEV=OFF -DDSA_BUILD_EXAMPLES=OFF &&
-    cmake --build "$B" -j --target test_cp_nccl dsa-bench; } \
-    >"$OUT/cmake.log" 2>&1 || { tail -n 30 "$OUT/cmake.log"; exit 1; }
-elif [ "$mode" = merge ] && [ ! -x "$B/test_gpu_cp" ]; then
-  B=build-dev
-  echo "building in $B"
-  { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSA_BUILD_DEV=OFF -DDSA_BUILD_EXAMPLES=OFF &&
-    cmake --build "$B" -j --target test_gpu_cp dsa-bench; } \
-    >"$OUT/cmake.log" 2>&1 || { tail -n 30 "$OUT/cmake.log"; exit 1; }
-elif [ "$mode" != compare ] && [ "$mode" != prefill ] && [ "$mode" != wheel ] && [ "$mode" != merge ] &&
-  [ "$mode" != cp ] && [ "$mode" != seesaw ] &&
-  [ ! -x "$B/dev/dsa-dev-sm90-microbench" ]; then
-  B=build-dev
-  echo "building in $B"
-  { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSA_BUILD_DEV=ON && cmake --build "$B" -j; } \
-    >"$OUT/cmake.log" 2>&1 || { tail -n 30 "$OUT/cmake.log"; exit 1; }
+  if [ "$targets" = all ]; then
+    { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSA_BUILD_DEV=ON && cmake --build "$B" -j; } \
+      >"$OUT/cmake.log" 2>&1 || { tail -n 30 "$OUT/cmake.log"; exit 1; }
+  else
+    # shellcheck disable=SC2086 # the targets, one word each
+    { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSA_BUILD_DEV=OFF -DDSA_BUILD_EXAMPLES=OFF &&
+      cmake --build "$B" -j --target $targets; } >"$OUT/cmake.log" 2>&1 || { tail -n 30 "$OUT/cmake.log"; exit 1; }
+  fi
 fi
 
 rc=0
