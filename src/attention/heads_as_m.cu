@@ -110,9 +110,9 @@ enum hm_barrier {
 static_assert(HM_REG_QK(true) + HM_REG_PV(true) + HM_REG_PRODUCER(true) <= 504, "registers");
 static_assert(HM_REG_QK(false) + HM_REG_PV(false) + HM_REG_PRODUCER(false) <= 504, "registers");
 /* The seesaw (bf16 KV only): both consumer warpgroups hold an O half, S and the softmax, 208 each, the
- * producer 80. With FP8 KV it does not fit yet: the FP8 producer holds a chunk's rows (128), and
- * at 2 x 184 + 136, 2 x 192 + 120 or 2 x 200 + 104 ptxas spills (468 / 184 / 176 bytes of loads)
- * and serialises the wgmmas (C7512) — it needs a producer with fewer rows in flight. */
+ * producer 80. With FP8 KV it does not fit yet: at 2 x 208 the FP8 producer gets 88 and its chunk of
+ * rows in registers spills; at 2 x 184 + 136, 2 x 192 + 120, 2 x 200 + 104 the consumers spill (468 /
+ * 184 / 176 bytes of loads) and ptxas serialises the wgmmas (C7512). docs/PERF.md. */
 #define HM_REG_SEESAW 208
 static_assert(2 * HM_REG_SEESAW + HM_REG_PRODUCER(false) <= 504, "registers");
 
