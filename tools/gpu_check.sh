@@ -53,7 +53,8 @@ FORCED=(
   "test_gpu_indexer|scores:mma scores:wgmma scores:wgmma_tma indexer:separate indexer:fused indexer:fused,scores:wgmma"
   "test_gpu_api|indexer:separate indexer:fused"
   "test_gpu_topk|topk:registers topk:slices topk:chain"
-  "test_gpu_attention|attention:mma_split attention:rows_as_m attention:heads_as_m"
+  "test_gpu_attention|attention:mma_split attention:rows_as_m attention:heads_as_m attention:seesaw"
+  "test_gpu_cp|merge:runs"
 )
 
 run_test() { # run_test PROGRAM LABEL [ENV...]
