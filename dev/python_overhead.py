@@ -1,7 +1,7 @@
 """Host cost of dsa's Python calls against torch.add's, in one run (issue 23: each eager call should cost
 at most 1.5x a torch.add on a tiny tensor).
 
-For each public call at a small shape (so the GPU keeps up and the loop measures the host), the wall
+For each public call (every one with a fast path: dsa/_fast.py) at a small shape (so the GPU keeps up and the loop measures the host), the wall
 time per call of N calls issued back to back, with outputs given (and workspace given) and with
 outputs allocated by the call; beside it torch.add on 16 floats (output allocated, and out= given).
 One synchronisation after each loop. Needs PyTorch and an sm_90 GPU; run from the repository root:
@@ -68,6 +68,23 @@ def main():
                        q_scale=q_scale, topk_indices=idx, topk_lens=lens)
     ws_a = torch.empty(max(1, dsa.sparse_mla_workspace_size(q, kv_cache, idx, softmax_scale=0.1)), dtype=torch.uint8,
                        device=DEV)
+    # prefill: one token over S workspace rows (slots 0 .. S-1)
+    ws_slots = torch.arange(S, dtype=torch.int64, device=DEV)
+    row_starts = torch.zeros(1, dtype=torch.int32, device=DEV)
+    row_ends = torch.full((1,), S, dtype=torch.int32, device=DEV)
+    ws_p = torch.empty(max(1, dsa.indexer_prefill_workspace_size(q_index, weights, index_k_cache, ws_slots, row_starts,
+                                                                 row_ends, topk=K, softmax_scale=scale,
+                                                                 q_scale=q_scale)), dtype=torch.uint8, device=DEV)
+    scores_out = torch.empty(1, S, device=DEV)
+    # context parallelism's pieces: two ranks' candidates, a merge, a rank's rows, the combine
+    cand_s = torch.randn(2, 1, K, device=DEV)
+    cand_i = torch.arange(2 * K, dtype=torch.int32, device=DEV).view(2, 1, K)
+    cs_out = torch.empty(1, K, device=DEV)
+    ci_out = torch.empty(1, K, dtype=torch.int32, device=DEV)
+    slots_out = torch.empty(1, K, dtype=torch.int32, device=DEV)
+    outs = torch.randn(2, 1, H, 512, device=DEV).to(torch.bfloat16)
+    lses = torch.randn(2, 1, H, device=DEV)
+    lse = torch.empty(1, H, device=DEV)
     calls = [
         ("index_k_store", lambda: dsa.index_k_store(k_index, slot, index_k_cache), None),
         ("mla_kv_store", lambda: dsa.mla_kv_store(kv, slot, kv_cache), None),
@@ -81,6 +98,33 @@ def main():
         ("sparse_mla", lambda: dsa.sparse_mla(q, kv_cache, idx, lens=lens, softmax_scale=0.1),
          lambda: dsa.sparse_mla(q, kv_cache, idx, lens=lens, softmax_scale=0.1, out=out, workspace=ws_a)),
         ("torch.ops.dsa.sparse_mla", lambda: torch.ops.dsa.sparse_mla(q, kv_cache, idx, 0.1, lens), None),
+        ("indexer_decode_scores",
+         lambda: dsa.indexer_decode_scores(q_index, weights, index_k_cache, seq_lens, block_table,
+                                           softmax_scale=scale, q_scale=q_scale),
+         lambda: dsa.indexer_decode_scores(q_index, weights, index_k_cache, seq_lens, block_table,
+                                           softmax_scale=scale, q_scale=q_scale, scores=scores_out)),
+        ("indexer_prefill",
+         lambda: dsa.indexer_prefill(q_index, weights, index_k_cache, ws_slots, row_starts, row_ends, topk=K,
+                                     softmax_scale=scale, q_scale=q_scale),
+         lambda: dsa.indexer_prefill(q_index, weights, index_k_cache, ws_slots, row_starts, row_ends, topk=K,
+                                     softmax_scale=scale, q_scale=q_scale, topk_indices=idx, topk_lens=lens,
+                                     workspace=ws_p)),
+        ("indexer_prefill_scores",
+         lambda: dsa.indexer_prefill_scores(q_index, weights, index_k_cache, ws_slots, row_starts, row_ends,
+                                            softmax_scale=scale, q_scale=q_scale),
+         lambda: dsa.indexer_prefill_scores(q_index, weights, index_k_cache, ws_slots, row_starts, row_ends,
+                                            softmax_scale=scale, q_scale=q_scale, scores=scores_out)),
+        ("cp_candidates", lambda: dsa.cp_candidates(scores, idx, world_size=2, rank=0),
+         lambda: dsa.cp_candidates(scores, idx, world_size=2, rank=0, cand_scores=cs_out, cand_ids=ci_out)),
+        ("topk_merge", lambda: dsa.topk_merge(cand_s, cand_i, topk=K),
+         lambda: dsa.topk_merge(cand_s, cand_i, topk=K, indices=idx, lens=lens)),
+        ("cp_local_indices",
+         lambda: dsa.cp_local_indices(idx, world_size=2, rank=0, block_table=block_table, num_pages=pages,
+                                      compact=True),
+         lambda: dsa.cp_local_indices(idx, world_size=2, rank=0, block_table=block_table, num_pages=pages,
+                                      compact=True, out_slots=slots_out, out_lens=lens)),
+        ("lse_combine", lambda: dsa.lse_combine(outs, lses),
+         lambda: dsa.lse_combine(outs, lses, out=out, lse=lse)),
     ]
     for name, alloc, given in calls:
         rows.append((f"dsa.{name}" if not name.startswith("torch") else name, per_call_us(alloc)))

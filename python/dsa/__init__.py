@@ -260,6 +260,19 @@ def _fast_two_outputs(p: "_fast.Plan", a: ctypes.Structure, name0: str, out0: An
     return out0, out1
 
 
+def _fast_outputs(p: "_fast.Plan", a: ctypes.Structure, names: Tuple[str, ...], outs: Tuple[Any, ...],
+                  stream: Any) -> list:
+    """The end of a fast-path call that takes no workspace: each output given or allocated, its
+    pointer into the struct, the C call (dsa/_fast.py)."""
+    got = []
+    for i, (name, x) in enumerate(zip(names, outs)):
+        x = _fast.empty(p, i) if x is None else x
+        setattr(a, name, _fast.ptr(x))
+        got.append(x)
+    _fast.run_no_workspace(p, a, stream, _raise)
+    return got
+
+
 def _query_ptrs(qs: "_lib.IndexerQuery", q: Any, weights: Any, q_scale: Any) -> None:
     """The fast path's pointers of an IndexerQuery (dsa/_fast.py)."""
     qs.q = _fast.ptr(q)
@@ -352,6 +365,16 @@ def indexer_decode_scores(q: Any, weights: Any, index_k_cache: Any, seq_lens: An
     """Decode indexer scores alone: float32 [T, max_len] (max_len = max_seq_len, or the block
     table's capacity); row t holds the scores of positions [0, L(t)) and -inf in [L(t), max_len).
     With skip_short_rows, tokens with L <= topk are not scored (their -inf tail still is written)."""
+    k = _fast.key("indexer_decode_scores", (q, weights, index_k_cache, seq_lens, block_table, q_scale, scores),
+                  (softmax_scale, page_size, q_len_per_req, max_seq_len, topk, bool(skip_short_rows)))
+    p = _fast.get(k)
+    if p is not None:  # a signature seen before (dsa/_fast.py)
+        sa = p.fresh()
+        _query_ptrs(sa.decode.query, q, weights, q_scale)
+        sa.decode.cache.data = _fast.ptr(index_k_cache)
+        sa.decode.seq_lens = _fast.ptr(seq_lens)
+        sa.decode.block_table = _fast.ptr(block_table)
+        return _fast_outputs(p, sa, ("scores",), (scores,), stream)[0]
     fn = "dsa.indexer_decode_scores"
     a, views = _decode_args(fn, q, weights, index_k_cache, seq_lens, block_table, topk, softmax_scale, q_scale,
                             page_size, q_len_per_req, max_seq_len)
@@ -367,6 +390,7 @@ def indexer_decode_scores(q: Any, weights: Any, index_k_cache: Any, seq_lens: An
     sa.skip_short_rows = int(bool(skip_short_rows))
     s = _stream(stream, list(views.values()), dev)
     _raise(_lib.lib().dsa_indexer_decode_scores(ctypes.byref(sa), s or None))
+    _fast.remember(k, sa, "dsa_indexer_decode_scores", views["q"], (((T, max_len), "f32"),))
     return scores
 
 
@@ -455,6 +479,18 @@ def indexer_prefill_scores(q: Any, weights: Any, index_k_cache: Any, kv_workspac
     """Prefill indexer scores alone: float32 [T, max_len] (max_len = max_rows, or W), row t column i
     = the score of workspace row row_starts[t] + i for its visible rows, -inf past them up to
     max_rows (or the workspace's rows)."""
+    k = _fast.key("indexer_prefill_scores", (q, weights, index_k_cache, kv_workspace_slots, row_starts, row_ends,
+                                             q_scale, scores),
+                  (softmax_scale, page_size, max_rows, topk, bool(skip_short_rows)))
+    p = _fast.get(k)
+    if p is not None:  # a signature seen before (dsa/_fast.py)
+        sa = p.fresh()
+        _query_ptrs(sa.prefill.query, q, weights, q_scale)
+        sa.prefill.cache.data = _fast.ptr(index_k_cache)
+        sa.prefill.kv_workspace_slots = _fast.ptr(kv_workspace_slots)
+        sa.prefill.row_starts = _fast.ptr(row_starts)
+        sa.prefill.row_ends = _fast.ptr(row_ends)
+        return _fast_outputs(p, sa, ("scores",), (scores,), stream)[0]
     fn = "dsa.indexer_prefill_scores"
     a, views = _prefill_args(fn, q, weights, index_k_cache, kv_workspace_slots, row_starts, row_ends, topk,
                              softmax_scale, q_scale, page_size, max_rows, False)
@@ -469,6 +505,7 @@ def indexer_prefill_scores(q: Any, weights: Any, index_k_cache: Any, kv_workspac
     sa.skip_short_rows = int(bool(skip_short_rows))
     s = _stream(stream, list(views.values()), dev)
     _raise(_lib.lib().dsa_indexer_prefill_scores(ctypes.byref(sa), s or None))
+    _fast.remember(k, sa, "dsa_indexer_prefill_scores", views["q"], (((T, max_len), "f32"),))
     return scores
 
 
@@ -715,6 +752,15 @@ def cp_candidates(scores: Any, local_indices: Any, *, world_size: int, rank: int
     row_offsets int32 [R] or None (prefill: each row's first local row). Round robin: local
     position p of rank r is global p * world_size + r; blocks: r * block + p. Returns (cand_scores
     float32 [R, k], cand_ids int32 [R, k]; -inf and -1 where there is no candidate)."""
+    key = _fast.key("cp_candidates", (scores, local_indices, row_offsets, cand_scores, cand_ids),
+                    (world_size, rank, layout, block, max_len))
+    p = _fast.get(key)
+    if p is not None:  # a signature seen before (dsa/_fast.py)
+        a = p.fresh()
+        a.scores = _fast.ptr(scores)
+        a.local_indices = _fast.ptr(local_indices)
+        a.row_offsets = _fast.ptr(row_offsets)
+        return tuple(_fast_outputs(p, a, ("cand_scores", "cand_ids"), (cand_scores, cand_ids), stream))
     fn = "dsa.cp_candidates"
     shard = _shard(fn, world_size, rank, layout, block)
     sv = _arg(fn, "scores", scores, ("f32",), (None, None), "rows")
@@ -741,6 +787,7 @@ def cp_candidates(scores: Any, local_indices: Any, *, world_size: int, rank: int
     a.cand_ids = _ptr(civ)
     s = _stream(stream, list(views.values()), dev)
     _raise(_lib.lib().dsa_cp_candidates(ctypes.byref(a), s or None))
+    _fast.remember(key, a, "dsa_cp_candidates", sv, (((R, k), "f32"), ((R, k), "i32")))
     return cand_scores, cand_ids
 
 
@@ -750,6 +797,13 @@ def topk_merge(cand_scores: Any, cand_ids: Any, *, topk: int, indices: Any = Non
     [W, R, k_in] (what an all-gather of the ranks' [R, k_in] lists gives; id -1 = none). Returns
     (indices int32 [R, topk]: the ids of the largest scores — NaN lowest, equal scores to the lower
     id — in ascending order, -1 after lens; lens int32 [R]), whatever the order of the lists."""
+    key = _fast.key("topk_merge", (cand_scores, cand_ids, indices, lens), (topk,))
+    p = _fast.get(key)
+    if p is not None:  # a signature seen before (dsa/_fast.py)
+        a = p.fresh()
+        a.cand_scores = _fast.ptr(cand_scores)
+        a.cand_ids = _fast.ptr(cand_ids)
+        return tuple(_fast_outputs(p, a, ("indices", "lens"), (indices, lens), stream))
     fn = "dsa.topk_merge"
     sv = _arg(fn, "cand_scores", cand_scores, ("f32",), (None, None, None))
     W, R, k_in = sv.shape
@@ -761,6 +815,7 @@ def topk_merge(cand_scores: Any, cand_ids: Any, *, topk: int, indices: Any = Non
     a = _lib.TopkMergeArgs(_ptr(sv), _ptr(iv), W, R, k_in, topk, _ptr(ov), _ptr(lv))
     s = _stream(stream, list(views.values()), dev)
     _raise(_lib.lib().dsa_topk_merge(ctypes.byref(a), s or None))
+    _fast.remember(key, a, "dsa_topk_merge", sv, (((R, topk), "i32"), ((R,), "i32")))
     return indices, lens
 
 
@@ -773,6 +828,17 @@ def cp_local_indices(indices: Any, *, world_size: int, rank: int, layout: str = 
     outside [0, num_pages) give -1), prefill through workspace_slots int64 [rows] (its local rows).
     Returns out_slots int32 [T, k] (-1 where another rank owns the row); with compact=True,
     (out_slots, out_lens int32 [T]): the owned ones first, in order, and their count."""
+    key = _fast.key("cp_local_indices", (indices, block_table, workspace_slots, out_slots, out_lens),
+                    (world_size, rank, layout, block, page_size, num_pages, q_len_per_req, bool(compact)))
+    p = _fast.get(key)
+    if p is not None:  # a signature seen before (dsa/_fast.py)
+        a = p.fresh()
+        a.indices = _fast.ptr(indices)
+        a.block_table = _fast.ptr(block_table)
+        a.workspace_slots = _fast.ptr(workspace_slots)
+        if compact:
+            return tuple(_fast_outputs(p, a, ("out_slots", "out_lens"), (out_slots, out_lens), stream))
+        return _fast_outputs(p, a, ("out_slots",), (out_slots,), stream)[0]
     fn = "dsa.cp_local_indices"
     iv = _arg(fn, "indices", indices, ("i32",), (None, None))
     T, k = iv.shape
@@ -807,6 +873,7 @@ def cp_local_indices(indices: Any, *, world_size: int, rank: int, layout: str = 
     a.out_lens = _ptr(lv)
     s = _stream(stream, list(views.values()), dev)
     _raise(_lib.lib().dsa_cp_local_indices(ctypes.byref(a), s or None))
+    _fast.remember(key, a, "dsa_cp_local_indices", iv, (((T, k), "i32"), ((T,), "i32")))
     return (out_slots, out_lens) if compact else out_slots
 
 
@@ -815,6 +882,13 @@ def lse_combine(outs: Any, lses: Any, *, out: Any = None, lse: Any = None, strea
     [W, T, H] (natural log, -inf = that rank had no rows). Returns (out bf16 [T, H, 512],
     lse float32 [T, H]): lse = log sum_w exp(lse_w), out = sum_w exp(lse_w - lse) out_w; a token
     and head with no part gets 0 and -inf."""
+    key = _fast.key("lse_combine", (outs, lses, out, lse), ())
+    p = _fast.get(key)
+    if p is not None:  # a signature seen before (dsa/_fast.py)
+        a = p.fresh()
+        a.outs = _fast.ptr(outs)
+        a.lses = _fast.ptr(lses)
+        return tuple(_fast_outputs(p, a, ("out", "lse"), (out, lse), stream))
     fn = "dsa.lse_combine"
     ov = _arg(fn, "outs", outs, ("bf16", "f32"), (None, None, None, MLA_V_DIM))
     W, T, H, _ = ov.shape
@@ -827,4 +901,5 @@ def lse_combine(outs: Any, lses: Any, *, out: Any = None, lse: Any = None, strea
                             T, H, _ptr(outv), _ptr(lsev))
     s = _stream(stream, list(views.values()), dev)
     _raise(_lib.lib().dsa_lse_combine(ctypes.byref(a), s or None))
+    _fast.remember(key, a, "dsa_lse_combine", ov, (((T, H, MLA_V_DIM), "bf16"), ((T, H), "f32")))
     return out, lse

@@ -346,6 +346,30 @@ def _fast_cases():
             t((T,), "int32"), t((T,), "int32"), topk=64, softmax_scale=0.1, page_size=P,
             output_global_slots=True, topk_indices=t((T, 64), "int32"), topk_lens=t((T,), "int32"),
             workspace=t((8192,), "uint8"), stream=0),
+        "indexer_decode_scores": lambda: dsa.indexer_decode_scores(
+            t((T, H, 128), "float8_e4m3fn"), t((T, H), "float32"), t((10, P * 132), "uint8"), t((T,), "int32"),
+            t((T, 5), "int32"), softmax_scale=0.1, q_scale=t((T, H), "float32"), page_size=P, max_seq_len=300,
+            skip_short_rows=True, scores=t((T, 300), "float32"), stream=0),
+        "indexer_prefill_scores, strided scores": lambda: dsa.indexer_prefill_scores(
+            t((T, H, 128), "bfloat16"), t((T, H), "bfloat16"), t((10, P * 132), "uint8"), t((640,), "int64"),
+            t((T,), "int32"), t((T,), "int32"), softmax_scale=0.1, page_size=P, max_rows=600,
+            scores=t((T, 600), "float32", (700, 1)), stream=0),
+        "cp_candidates": lambda: dsa.cp_candidates(
+            t((T, 500), "float32"), t((T, 64), "int32"), world_size=4, rank=1, layout="blocks", block=1000,
+            max_len=400, row_offsets=t((T,), "int32"), cand_scores=t((T, 64), "float32"),
+            cand_ids=t((T, 64), "int32"), stream=0),
+        "topk_merge": lambda: dsa.topk_merge(t((4, T, 64), "float32"), t((4, T, 64), "int32"), topk=32,
+                                             indices=t((T, 32), "int32"), lens=t((T,), "int32"), stream=0),
+        "cp_local_indices, decode": lambda: dsa.cp_local_indices(
+            t((T, 64), "int32"), world_size=2, rank=1, block_table=t((T, 5), "int32"), page_size=P, num_pages=10,
+            out_slots=t((T, 64), "int32"), stream=0),
+        "cp_local_indices, prefill, compact": lambda: dsa.cp_local_indices(
+            t((T, 64), "int32"), world_size=2, rank=0, layout="blocks", block=300,
+            workspace_slots=t((640,), "int64"), compact=True, out_slots=t((T, 64), "int32"),
+            out_lens=t((T,), "int32"), stream=0),
+        "lse_combine": lambda: dsa.lse_combine(t((2, T, 16, 512), "float32"), t((2, T, 16), "float32"),
+                                               out=t((T, 16, 512), "bfloat16"), lse=t((T, 16), "float32"),
+                                               stream=0),
     }
 
 
