@@ -29,9 +29,10 @@
 #              (DSA_KERNEL=merge:select / merge:runs), memcheck / racecheck / synccheck over the merge
 #              cases on runs, dsa-bench merge --check (W = 2 / 4 / 8 lists, 1 / 64 / 4096 tokens, both
 #              kernels; extra args passed on), ncu of both kernels at one token x 8 lists
-#   seesaw     the seesaw attention consumers (bf16 KV, issue 22): test_gpu_attention and test_gpu_api
-#              under DSA_KERNEL=attention:seesaw, memcheck / racecheck / synccheck over two bf16 cases,
-#              then dsa-bench attn --kv bf16 --check with heads_as_m and with seesaw forced (one table)
+#   seesaw     the seesaw attention consumers (issue 22): test_gpu_attention, test_gpu_api and
+#              test_gpu_garbage under DSA_KERNEL=attention:seesaw, memcheck / racecheck / synccheck over
+#              bf16 and FP8 (converted rows) cases, then dsa-bench attn --check with heads_as_m and with
+#              seesaw forced: bf16 KV at every shape, FP8 at the prefill shapes (two tables)
 #   cp         several GPUs (issue 24; the nvidia-h200-x4 / -x8 kinds): test_cp_nccl at every W the host
 #              has (2, 4, 8), on the table's merge and on merge:runs, then for W = 4 and 8 dsa-bench cp
 #              --check: decode batch 1 and 8 at 1M / 2M / 4M / 8M (round robin and blocks), the same in
@@ -52,7 +53,7 @@ B=${DSA_BUILD_DIR:-build}
 # tree with the dev tools; compare and wheel carry their own).
 case $mode in
 prefill) targets="test_gpu_indexer test_gpu_api test_gpu_garbage dsa-bench" ;;
-seesaw) targets="test_gpu_attention test_gpu_api dsa-bench" ;;
+seesaw) targets="test_gpu_attention test_gpu_api test_gpu_garbage dsa-bench" ;;
 cp) targets="test_cp_nccl dsa-bench" ;;
 merge) targets="test_gpu_cp dsa-bench" ;;
 compare | wheel) targets="" ;;
@@ -106,25 +107,33 @@ barriers)
   echo "synccheck heads_as_m: exit $? $(grep -E 'SUMMARY' "$OUT/synccheck-heads_as_m.log" | head -n 1)"
   ;;
 seesaw)
-  for prog in test_gpu_attention test_gpu_api; do
+  for prog in test_gpu_attention test_gpu_api test_gpu_garbage; do
     DSA_KERNEL=attention:seesaw timeout 400 "$B/$prog" >"$OUT/$prog-seesaw.log" 2>&1 || rc=1
     echo "$prog, attention:seesaw: $(tail -n 1 "$OUT/$prog-seesaw.log")"
   done
   for tool in memcheck racecheck synccheck; do
-    for only in "H64 bf16 kv_stride 640, T80" "H16 bf16 kv_stride 576, T1 topk2048"; do
+    for only in "H64 bf16 kv_stride 640, T80" "H16 bf16 kv_stride 576, T1 topk2048" "H128 fp8 (random bytes) T40"; do
       DSA_KERNEL=attention:seesaw DSA_TEST_ONLY="$only" timeout 300 compute-sanitizer --tool $tool --print-limit 5 \
-        "$B/test_gpu_attention" >"$OUT/$tool-${only%%,*}.log" 2>&1
-      echo "$tool ($only): exit $? $(grep -E 'SUMMARY' "$OUT/$tool-${only%%,*}.log" | head -n 1)"
+        "$B/test_gpu_attention" >"$OUT/$tool-${only//[^A-Za-z0-9]/_}.log" 2>&1
+      echo "$tool ($only): exit $? $(grep -E 'SUMMARY' "$OUT/$tool-${only//[^A-Za-z0-9]/_}.log" | head -n 1)"
     done
   done
+  # bf16 KV at every shape; packed FP8 (the seesaw converts every slot first) at the prefill shapes,
+  # whose pool is one 16k context
   for k in heads_as_m seesaw; do
     DSA_KERNEL=attention:$k timeout 500 "$B/dsa-bench" attn --kv bf16 --check --json "$OUT/attn-bf16-$k.json" "$@" \
       >"$OUT/attn-bf16-$k.log" 2>&1 || rc=1
+    DSA_KERNEL=attention:$k timeout 500 "$B/dsa-bench" attn --kv fp8 --shape prefill --check \
+      --json "$OUT/attn-fp8-$k.json" "$@" >"$OUT/attn-fp8-$k.log" 2>&1 || rc=1
   done
-  python3 - "$OUT/attn-bf16-heads_as_m.json" "$OUT/attn-bf16-seesaw.json" <<'PY'
+  for kv in bf16 fp8; do
+    python3 - "$kv" "$OUT/attn-$kv-heads_as_m.json" "$OUT/attn-$kv-seesaw.json" <<'PY'
 import json, sys
-runs = [{r.get("shape"): r for r in json.load(open(f))["rows"]} for f in sys.argv[1:]]
-print("%-22s %14s %14s" % ("shape (bf16 KV, us)", "heads_as_m", "seesaw"))
+runs = []
+for f in sys.argv[2:]:
+    try: runs.append({r.get("shape"): r for r in json.load(open(f))["rows"]})
+    except (OSError, ValueError): runs.append({})
+print("%-22s %14s %14s" % ("shape (%s KV, us)" % sys.argv[1], "heads_as_m", "seesaw"))
 for shape in runs[0]:
     cells = []
     for run in runs:
@@ -132,6 +141,7 @@ for shape in runs[0]:
         cells.append("%8.1f %-5s" % (1e3 * r["attn_ms"], r.get("check", "")) if r else "-")
     print("%-22s %14s %14s" % (shape, *cells))
 PY
+  done
   ;;
 cp)
   export NCCL_NVLS_ENABLE=0

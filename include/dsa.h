@@ -278,8 +278,9 @@ DSA_API dsa_status dsa_topk(const dsa_topk_args *args, void *workspace, size_t w
  *   out[t,h,:] = sum p_i v_i / sum p_i     (v = first 512 dims of k),  lse = m + ln(sum p_i)
  * A token with no valid entry gets out = 0 and lse = -inf.
  * Workspace: split partials for small batches only (fewer tokens x head groups than SMs): at most
- * 2 x 132 CTAs x 16..64 heads x 2 KiB, ~35 MiB; 0 for larger batches. The size query
- * needs no device and holds for every sm_90 part.
+ * 2 x 132 CTAs x 16..64 heads x 2 KiB, ~35 MiB; 0 for larger batches (DSA_KERNEL=attention:seesaw
+ * with packed FP8 KV: the converted rows, below). The size query needs no device and holds for every
+ * sm_90 part.
  * Three kernels compute this (same contract, results within the tolerances, each deterministic):
  * mma_split (mma.sync, a token's list split over CTAs and combined), rows_as_m (wgmma, KV rows as M,
  * splits merged inside a thread-block cluster, no workspace) and heads_as_m (wgmma, 64 heads as M,
@@ -288,8 +289,11 @@ DSA_API dsa_status dsa_topk(const dsa_topk_args *args, void *workspace, size_t w
  * smaller than its row's largest loses relative precision); the library picks the one measured
  * faster for the shape (docs/PERF.md). The environment variable DSA_KERNEL=attention:mma_split (or
  * rows_as_m, heads_as_m) forces one, for comparisons and bisecting (README.md); attention:seesaw
- * forces heads_as_m's CTAs with two consumer warpgroups alternating chunks (bf16 KV only; not yet
- * measured, never chosen by the library).
+ * forces heads_as_m's CTAs with two consumer warpgroups alternating chunks (not yet measured, never
+ * chosen by the library; with packed FP8 KV it first converts every one of the num_slots slots into
+ * the workspace as heads_as_m's f16 rows — the same values — so the workspace query then asks
+ * num_slots x 1152 B, rounded up to 256, + num_slots x 4 B: sensible only for a cache of about
+ * the rows the call reads, e.g. one prefill context).
  */
 typedef struct {
   const void *q;            /* [num_tokens, num_heads, 576] bf16, contiguous, 16-B aligned */

@@ -195,7 +195,9 @@ int dsa_topk_chain_launch(const dsa_topk_params *p, void *workspace, cudaStream_
 int dsa_attention_mma_split_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan *plan, void *workspace,
                                    cudaStream_t stream);
 int dsa_attention_rows_as_m_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan *plan, cudaStream_t stream);
-int dsa_attention_heads_as_m_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan *plan, cudaStream_t stream);
+/* workspace: the plan's converted rows (convert_rows), else unused */
+int dsa_attention_heads_as_m_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan *plan, void *workspace,
+                                    cudaStream_t stream);
 int dsa_topk_merge_runs_launch(const dsa_topk_merge_args *a, cudaStream_t stream);
 #ifdef __cplusplus
 }

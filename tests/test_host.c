@@ -389,23 +389,25 @@ static void test_mla_kernel_choice(void) {
     check(st == DSA_OK && got == v && (v == 1 || g_dsa_stub.mla_splits == 8) && (v == 1) == (g_dsa_stub.mla_need > 0),
           names[v - 1], "got kernel %lld, splits %lld", got, g_dsa_stub.mla_splits);
   }
-  /* seesaw: heads_as_m's plan (CTAs of 64 heads, a cluster of splits below a wave, no workspace) for bf16
-   * KV; with FP8 KV the override leaves the table's choice */
+  /* seesaw: heads_as_m's plan (CTAs of 64 heads, a cluster of splits below a wave); no workspace for
+   * bf16 KV, the converted rows (num_slots x 1152 B, then num_slots factors) for packed FP8 — the size
+   * query reports them too */
   static const struct {
-    int tokens, heads, fp8, want, splits;
-  } ss[] = {{64, 128, 0, DSA_ATTN_SEESAW, 1}, {1, 16, 0, DSA_ATTN_SEESAW, 8}, {8, 64, 0, DSA_ATTN_SEESAW, 8},
-            {64, 128, 1, DSA_ATTN_HEADS_AS_M, 1}, {1, 16, 1, DSA_ATTN_MMA_SPLIT, 32}};
+    int tokens, heads, fp8, splits;
+  } ss[] = {{64, 128, 0, 1}, {1, 16, 0, 8}, {8, 64, 0, 8}, {64, 128, 1, 1}, {1, 16, 1, 8}};
   dsa_choose_override("attention:seesaw");
   for (size_t i = 0; i < sizeof ss / sizeof ss[0]; i++) {
     const dsa_sparse_mla_args b = mla_args(ss[i].tokens, ss[i].heads, ss[i].fp8 ? DSA_KV_FP8_PACKED : DSA_KV_BF16);
     size_t bound;
     const dsa_status st = mla_call(&b, 132, &bound);
-    char name[160];
-    snprintf(name, sizeof name, "DSA_KERNEL=attention:seesaw, %d tokens x %d heads, %s KV: kernel %d, %d splits",
-             ss[i].tokens, ss[i].heads, ss[i].fp8 ? "FP8" : "bf16", ss[i].want, ss[i].splits);
-    check(st == DSA_OK && g_dsa_stub.violations == 0 && g_dsa_stub.mla_kernel == ss[i].want &&
-              g_dsa_stub.mla_splits == ss[i].splits && (ss[i].want == DSA_ATTN_MMA_SPLIT) == (g_dsa_stub.mla_need > 0),
-          name, "kernel %lld, splits %lld", g_dsa_stub.mla_kernel, g_dsa_stub.mla_splits);
+    const size_t want_ws = ss[i].fp8 ? DSA_CONVERTED_COLF_OFF(b.num_slots) + (size_t)b.num_slots * 4 : 0;
+    char name[200];
+    snprintf(name, sizeof name, "DSA_KERNEL=attention:seesaw, %d tokens x %d heads, %s KV: seesaw, %d splits, %zu "
+             "bytes of workspace", ss[i].tokens, ss[i].heads, ss[i].fp8 ? "FP8" : "bf16", ss[i].splits, want_ws);
+    check(st == DSA_OK && g_dsa_stub.violations == 0 && g_dsa_stub.mla_kernel == DSA_ATTN_SEESAW &&
+              g_dsa_stub.mla_splits == ss[i].splits && g_dsa_stub.mla_need == want_ws &&
+              (ss[i].fp8 ? bound == want_ws : bound >= want_ws),
+          name, "kernel %lld, workspace %lld", g_dsa_stub.mla_kernel, (long long)g_dsa_stub.mla_need);
   }
   /* mma_split's head tile: under a wave of CTAs, narrower tiles when more, shorter CTAs still fit a wave
    * (a 64-head CTA takes about twice a 16-head one); the workspace bound holds for every tile */

@@ -19,12 +19,12 @@ extern "C" int dsa_attention_launch(const dsa_sparse_mla_args *a, const dsa_atte
                                     cudaStream_t stream) {
   if (a->num_tokens <= 0) return 0;
   if (pl->kernel == DSA_ATTN_HEADS_AS_M || pl->kernel == DSA_ATTN_SEESAW) {
-    const int err = dsa_attention_heads_as_m_launch(a, pl, stream);
+    const int err = dsa_attention_heads_as_m_launch(a, pl, workspace, stream);
     if (err != (int)cudaErrorInvalidClusterSize || pl->splits == 1) return err;
     dsa_attention_plan whole = *pl; /* each CTA takes all its chunks */
     whole.splits = 1;
     whole.blocks_per_split = whole.num_blocks;
-    return dsa_attention_heads_as_m_launch(a, &whole, stream);
+    return dsa_attention_heads_as_m_launch(a, &whole, workspace, stream);
   }
   if (pl->kernel == DSA_ATTN_ROWS_AS_M) {
     const int err = dsa_attention_rows_as_m_launch(a, pl, stream);

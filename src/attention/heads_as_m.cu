@@ -16,9 +16,11 @@
  * with the P and alpha warpgroup 0 publishes (named barriers hm_barrier, bar.sync on both sides);
  * warpgroup 2 (hm_produce_bf16 / hm_produce_fp8) gathers rows into a two-tile full/empty mbarrier
  * ring (common/mbar_ring.cuh). Both consumers first stage Q (hm_load_q). Registers (setmaxnreg):
- * HM_REG_*. The seesaw (DSA_ATTN_SEESAW, bf16 KV; hm_consume_seesaw) keeps the CTA, the producer and
- * the plan but alternates the consumers: warpgroup j runs QK + softmax of chunks c = j mod 2 and PV
- * of every chunk on its 256 dims, P of its own chunk from registers.
+ * HM_REG_*. The seesaw (DSA_ATTN_SEESAW, hm_consume_seesaw) keeps the CTA and the plan but
+ * alternates the consumers: warpgroup j runs QK + softmax of chunks c = j mod 2 and PV of every chunk
+ * on its 256 dims, P of its own chunk from registers; its producer only copies rows (bf16, or packed
+ * FP8 converted into the workspace first by hm_convert_rows_kernel), which leaves both consumers
+ * 208 registers.
  * Gathers: the 8 lanes of a row cover one 128-byte line of it per instruction (whole L2 lines) and one
  * swizzled 128-byte tile row (conflict-free stores).
  *   bf16 KV   cp.async straight into the tile, up to two chunks in flight; a landed chunk is
@@ -109,10 +111,11 @@ enum hm_barrier {
 #define HM_REG_PRODUCER(FP8) ((FP8) ? 128 : 80)
 static_assert(HM_REG_QK(true) + HM_REG_PV(true) + HM_REG_PRODUCER(true) <= 504, "registers");
 static_assert(HM_REG_QK(false) + HM_REG_PV(false) + HM_REG_PRODUCER(false) <= 504, "registers");
-/* The seesaw (bf16 KV only): both consumer warpgroups hold an O half, S and the softmax, 208 each, the
- * producer 80. With FP8 KV it does not fit yet: at 2 x 208 the FP8 producer gets 88 and its chunk of
- * rows in registers spills; at 2 x 184 + 136, 2 x 192 + 120, 2 x 200 + 104 the consumers spill (468 /
- * 184 / 176 bytes of loads) and ptxas serialises the wgmmas (C7512). docs/PERF.md. */
+/* The seesaw: both consumer warpgroups hold an O half, S and the softmax, 208 each, the copying
+ * producer 80. The converting FP8 producer would not fit beside them: at 2 x 208 it gets 88 and its
+ * chunk of rows in registers spills; at 2 x 184 + 136, 2 x 192 + 120, 2 x 200 + 104 the consumers
+ * spill (468 / 184 / 176 bytes of loads) and ptxas serialises the wgmmas (C7512) — hence the
+ * conversion beforehand. docs/PERF.md. */
 #define HM_REG_SEESAW 208
 static_assert(2 * HM_REG_SEESAW + HM_REG_PRODUCER(false) <= 504, "registers");
 
@@ -123,6 +126,8 @@ typedef struct {
   int num_groups;         /* ceil(H / 64): head groups per token */
   int splits;             /* CTAs per (token, group), one cluster, each a contiguous share of the chunks */
   int64_t token_offset;   /* first token of this launch (grids past 2^31 - 1 CTAs are cut) */
+  const float *colf_rows; /* the seesaw over packed FP8 KV: [num_slots] 2^K of the converted rows in
+                             io.kv (hm_convert_rows_kernel); else NULL */
 } hm_params;
 
 /* Byte offset of 16-byte chunk `chunk` (0..71, 8 dims each) of tile row r: 128-byte swizzle. */
@@ -604,10 +609,12 @@ __device__ __forceinline__ void hm_merge_splits(const hm_params &p, uint32_t s_u
  * memory (conflict-free). Warp w (0..3) owns rows 16w + 4q + r4 (q = 0..3) of every chunk.
  */
 
-/* bf16 KV: cp.async, up to two chunks in flight. */
+/* bf16 KV: cp.async, up to two chunks in flight. CONVERTED (the seesaw over packed FP8 KV): the rows
+ * are the converted ones (f16 latent, bf16 rope, both x 2^-K), and each row's 2^K goes to colf_s. */
+template <bool CONVERTED>
 __device__ __forceinline__ void hm_produce_bf16(const hm_params &p, const int32_t *idx_row, int end, int n,
-                                                uint32_t tile_u32, const mbar_ring &ring, int *valid_s, int w,
-                                                int lane) {
+                                                uint32_t tile_u32, const mbar_ring &ring, int *valid_s, float *colf_s,
+                                                int w, int lane) {
   const int r4 = lane >> 3, pl = lane & 7;
   int slot[4];
 #pragma unroll
@@ -632,6 +639,7 @@ __device__ __forceinline__ void hm_produce_bf16(const hm_params &p, const int32_
       const int r = 16 * w + 4 * q + r4;
       slot[q] = mla_slot_checked(slot[q], p.io.num_slots); /* loaded an iteration ago */
       if (pl == 0) valid_s[b * HM_ROWS + r] = slot[q];
+      if (CONVERTED && pl == 0) colf_s[b * HM_ROWS + r] = slot[q] >= 0 ? __ldg(p.colf_rows + slot[q]) : 1.f;
       const __nv_bfloat16 *src =
           (const __nv_bfloat16 *)p.io.kv + (slot[q] >= 0 ? (int64_t)slot[q] * p.io.kv_stride : 0) + pl * 8;
 #pragma unroll
@@ -788,11 +796,55 @@ __device__ __forceinline__ void hm_load_q(const hm_params &p, uint8_t *smem, flo
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * The seesaw over packed FP8 KV: every slot converted once, before the attention kernel, into the
+ * tile row hm_produce_fp8 would make of it (the same operations, so the same bits): 512 latent dims
+ * e4m3 x f16(scale_g 2^-K) in f16, 64 rope dims bf16 x 2^-K, and colf[s] = 2^K (K: the largest
+ * binary exponent of the four scales, within +-100). The attention kernel's producer then copies
+ * rows (hm_produce_bf16<true>), so both consumer warpgroups can hold the seesaw's registers.
+ * A warp a slot: lane l converts latent bytes [16 l, 16 l + 16) (scale group l / 8), lanes 0..7 the
+ * rope's 16-byte pieces.
+ */
+#define HM_CONVERT_THREADS 256
+__global__ void __launch_bounds__(HM_CONVERT_THREADS) hm_convert_rows_kernel(const uint8_t *kv, int64_t num_slots,
+                                                                             uint8_t *rows, float *colf) {
+  const int lane = threadIdx.x & 31;
+  const int64_t s = blockIdx.x * (int64_t)(HM_CONVERT_THREADS / 32) + (threadIdx.x >> 5);
+  if (s >= num_slots) return;
+  const uint8_t *row = kv + s * MLA_FP8_SLOT_BYTES;
+  const float sc = __ldg((const float *)(row + MLA_FP8_SCALE_OFF) + (lane & 3)); /* lane l: scale l % 4 */
+  int K = hm_ilogb(sc);
+  K = max(K, __shfl_xor_sync(0xffffffffu, K, 1));
+  K = max(K, __shfl_xor_sync(0xffffffffu, K, 2));
+  K = min(max(K, -100), 100);
+  const float f = hm_pow2(-K);
+  const uint32_t mult_mine = ptx_f32x2_to_f16x2(sc * f, sc * f);
+  const uint32_t mult = __shfl_sync(0xffffffffu, mult_mine, lane >> 3); /* scale of group l / 8 */
+  const uint4 v = ptx_ld_nc_v4(row + 16 * lane);
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  uint32_t o[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    ptx_e4m3x4_to_f16x2x2(w[i], o[2 * i], o[2 * i + 1]);
+    o[2 * i] = ptx_mul_f16x2(o[2 * i], mult);
+    o[2 * i + 1] = ptx_mul_f16x2(o[2 * i + 1], mult);
+  }
+  uint4 *dst = (uint4 *)(rows + s * (int64_t)DSA_CONVERTED_ROW_BYTES) + 2 * lane;
+  dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
+  dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
+  if (lane < 8) { /* the rope: bf16 x 2^-K, exact */
+    const uint32_t fq = ptx_f32x2_to_bf16x2(f, f);
+    const uint4 r = ptx_ld_nc_v4(row + MLA_FP8_ROPE_OFF + 16 * lane);
+    ((uint4 *)(rows + s * (int64_t)DSA_CONVERTED_ROW_BYTES + 2 * MLA_V_DIM))[lane] =
+        make_uint4(ptx_mul_bf16x2(r.x, fq), ptx_mul_bf16x2(r.y, fq), ptx_mul_bf16x2(r.z, fq), ptx_mul_bf16x2(r.w, fq));
+  }
+  if (lane == 0) colf[s] = hm_pow2(K);
+}
+
+/* ---------------------------------------------------------------------------------------------
  * The kernel. Grid: tokens x groups x splits CTAs (split fastest: a cluster is one (token, group)).
  */
 template <bool FP8, bool SEESAW>
 __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_params p) {
-  static_assert(!(FP8 && SEESAW), "the seesaw takes bf16 KV (HM_REG_SEESAW)");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw_u32 = ptx_smem_u32(smem_raw);
   const uint32_t s_u32 = (raw_u32 + 1023u) & ~1023u;
@@ -830,7 +882,10 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_pa
     const int w = warp - 8;
     if (!FP8) {
       ptx_setmaxnreg_dec<HM_REG_PRODUCER(false)>();
-      hm_produce_bf16(p, idx_row, end, n, tile_u32, ring, valid_s, w, lane);
+      hm_produce_bf16<false>(p, idx_row, end, n, tile_u32, ring, valid_s, colf_s, w, lane);
+    } else if (SEESAW) { /* the converted rows: copies, as bf16 KV */
+      ptx_setmaxnreg_dec<HM_REG_PRODUCER(false)>();
+      hm_produce_bf16<true>(p, idx_row, end, n, tile_u32, ring, valid_s, colf_s, w, lane);
     } else {
       ptx_setmaxnreg_dec<HM_REG_PRODUCER(true)>();
       hm_produce_fp8(p, idx_row, end, n, tile_u32, ring, valid_s, colf_s, w, lane);
@@ -906,6 +961,7 @@ static hm_params hm_params_of(const dsa_sparse_mla_args *a, const dsa_attention_
   prm.num_groups = pl->groups;
   prm.splits = pl->splits;
   prm.token_offset = 0;
+  prm.colf_rows = NULL;
   return prm;
 }
 
@@ -922,12 +978,26 @@ static cudaError_t hm_launch(hm_params prm, int64_t num_tokens, cudaStream_t str
 }
 
 extern "C" int dsa_attention_heads_as_m_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl,
-                                               cudaStream_t stream) {
+                                               void *workspace, cudaStream_t stream) {
   if (a->num_tokens <= 0) return 0;
-  const hm_params prm = hm_params_of(a, pl);
+  hm_params prm = hm_params_of(a, pl);
   const bool fp8 = a->kv_format == DSA_KV_FP8_PACKED;
   cudaError_t err;
-  if (fp8) /* the seesaw takes bf16 KV only (the choice table never plans it for FP8) */
+  if (fp8 && pl->convert_rows) { /* the seesaw: the slots converted into the workspace, then copied */
+    const int64_t slots = prm.io.num_slots;
+    uint8_t *rows = (uint8_t *)workspace;
+    float *colf = (float *)(rows + DSA_CONVERTED_COLF_OFF(slots));
+    if (slots > 0) {
+      const int64_t blocks = (slots + HM_CONVERT_THREADS / 32 - 1) / (HM_CONVERT_THREADS / 32);
+      err = dsa_launch(hm_convert_rows_kernel, dim3((unsigned)blocks), HM_CONVERT_THREADS, 0, stream, false,
+                       (const uint8_t *)a->kv_cache, slots, rows, colf);
+      if (err != cudaSuccess) return (int)err;
+    }
+    prm.io.kv = rows;
+    prm.io.kv_stride = MLA_QK_DIM;
+    prm.colf_rows = colf;
+    err = hm_launch<true, true>(prm, a->num_tokens, stream);
+  } else if (fp8)
     err = hm_launch<true, false>(prm, a->num_tokens, stream);
   else if (pl->kernel == DSA_ATTN_SEESAW)
     err = hm_launch<false, true>(prm, a->num_tokens, stream);

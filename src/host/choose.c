@@ -249,15 +249,16 @@ void dsa_choose_topk(dsa_topk_params *p) {
 /* heads_as_m (64 heads a CTA, split over a cluster below a wave) runs for more than 32 heads once
  * tokens x ceil(heads / 64) >= 8 units: 8 such units (a cluster of 8 each) beat mma_split at 64
  * heads (28 against 32 us), fewer lost to it; below 33 heads its 64-head tile is mostly padding.
- * seesaw (heads_as_m's CTAs with two consumer warpgroups alternating chunks; bf16 KV) was written on
- * 2026-12-05 without a GPU: not yet run or timed, it runs only where DSA_KERNEL=attention:seesaw
- * forces it (with FP8 KV that override leaves the table's choice). */
+ * seesaw (heads_as_m's CTAs with two consumer warpgroups alternating chunks; packed FP8 KV converted
+ * first, every slot into the workspace as f16 tile rows) was written on 2026-12-05 without a GPU: not
+ * yet run or timed, it runs only where DSA_KERNEL=attention:seesaw forces it. Its choice must not
+ * depend on num_sms (the workspace bound asks with DSA_PLAN_MAX_SMS). */
 #define HEADS_AS_M_MIN_HEADS 33
 #define HEADS_AS_M_MIN_UNITS 8
 
 int dsa_choose_attention(const dsa_sparse_mla_args *a, int num_sms) {
   const int forced = override_get()->attention;
-  if (forced && (forced != DSA_ATTN_SEESAW || a->kv_format == DSA_KV_BF16)) return forced; /* seesaw: bf16 KV */
+  if (forced) return forced;
   if (num_sms < 1) num_sms = 1;
   /* heads_as_m: decode 128 x 128 heads FP8 221.6 us (mma_split 514), 256 x 64 233.6; prefill
    * 4096 x 128 heads 6.34 ms (mma_split 15.5) */

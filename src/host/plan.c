@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/layout.h"
+#include "host/choose.h"
 #include "kernels.h"
 
 static size_t round256(size_t b) { return (b + 255) & ~(size_t)255; }
@@ -190,6 +191,7 @@ static dsa_attention_plan mla_plan_unsplit(const dsa_sparse_mla_args *a, int ker
   pl.num_blocks = (a->topk + MLA_BLOCK_N - 1) / MLA_BLOCK_N;
   pl.splits = 1;
   pl.blocks_per_split = pl.num_blocks;
+  pl.convert_rows = 0;
   return pl;
 }
 
@@ -282,6 +284,7 @@ dsa_attention_plan dsa_plan_attention(const dsa_sparse_mla_args *a, int num_sms,
   if (kernel == DSA_ATTN_SEESAW) { /* heads_as_m's CTAs and splits, its seesaw consumers */
     dsa_attention_plan pl = mla_plan_heads_as_m(a, num_sms);
     pl.kernel = DSA_ATTN_SEESAW;
+    pl.convert_rows = a->kv_format == DSA_KV_FP8_PACKED; /* its producer copies rows: FP8 ones converted first */
     return pl;
   }
   if (num_sms < 1) num_sms = 1;
@@ -311,16 +314,28 @@ static size_t mla_split_bytes(const dsa_sparse_mla_args *a, int64_t splits) {
          (MLA_V_DIM * sizeof(float) + 2 * sizeof(float));
 }
 
+/* The converted rows and their factors (dsa_attention_plan.convert_rows). */
+static size_t mla_converted_bytes(const dsa_sparse_mla_args *a) {
+  const int64_t slots = a->num_slots < 0x7fffffffLL ? a->num_slots : 0x7fffffffLL; /* slots past 2^31 - 1 are skipped */
+  return DSA_CONVERTED_COLF_OFF(slots) + (size_t)slots * sizeof(float);
+}
+
 size_t dsa_plan_attention_workspace(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl) {
-  if (a->num_tokens <= 0 || pl->splits <= 1 || pl->kernel != DSA_ATTN_MMA_SPLIT) return 0;
+  if (a->num_tokens <= 0) return 0;
+  if (pl->convert_rows) return mla_converted_bytes(a);
+  if (pl->splits <= 1 || pl->kernel != DSA_ATTN_MMA_SPLIT) return 0;
   return mla_split_bytes(a, pl->splits);
 }
 
 /* Any plan for s <= DSA_PLAN_MAX_SMS SMs splits only when units < s, and then into at most
  * 2 s / units (and num_blocks) pieces, units counted at the widest head tile (the fewest): that many
- * splits is an upper bound for every device and tile. */
+ * splits is an upper bound for every device and tile. The seesaw over packed FP8 KV needs the
+ * converted rows instead. */
 size_t dsa_plan_attention_workspace_bound(const dsa_sparse_mla_args *a) {
   if (a->num_tokens <= 0) return 0;
+  /* the seesaw over packed FP8 KV converts the cache's rows (its choice does not depend on the SMs) */
+  if (a->kv_format == DSA_KV_FP8_PACKED && dsa_choose_attention(a, DSA_PLAN_MAX_SMS) == DSA_ATTN_SEESAW)
+    return mla_converted_bytes(a);
   const dsa_attention_plan pl = mla_plan_mma_split(a, DSA_PLAN_MAX_SMS, mla_mma_split_max_mt(a)); /* the others need none */
   const int64_t units = (int64_t)a->num_tokens * pl.groups;
   if (units >= DSA_PLAN_MAX_SMS) return 0;

@@ -73,10 +73,16 @@ typedef struct {
   int splits;           /* CTAs per (token, group); mma_split: > 1 needs the workspace and a combine;
                            rows_as_m and heads_as_m: the cluster size (<= 8), no workspace */
   int blocks_per_split;
+  int convert_rows;     /* seesaw with packed FP8 KV: every cache slot converted once into the workspace
+                           as the f16 tile rows heads_as_m's FP8 producer makes (mla_converted_bytes) */
 } dsa_attention_plan;
 /* The plan of `kernel` (dsa_attention_kernel) for a call on a device of num_sms SMs. */
 dsa_attention_plan dsa_plan_attention(const dsa_sparse_mla_args *a, int num_sms, int kernel);
-/* Scratch bytes a plan needs: the split partials (0 for one split). */
+/* The converted rows of a seesaw plan over packed FP8 KV: num_slots rows of 576 16-bit values, then
+ * num_slots float factors 2^K (the 256-byte aligned start of the factors: DSA_CONVERTED_COLF_OFF). */
+#define DSA_CONVERTED_ROW_BYTES (DSA_MLA_QK_DIM * 2)
+#define DSA_CONVERTED_COLF_OFF(num_slots) ((((size_t)(num_slots) * DSA_CONVERTED_ROW_BYTES) + 255) & ~(size_t)255)
+/* Scratch bytes a plan needs: the split partials (0 for one split), or the converted rows. */
 size_t dsa_plan_attention_workspace(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl);
 /* What dsa_sparse_mla_workspace_size reports: the most any plan for <= DSA_PLAN_MAX_SMS SMs
  * needs, so it is known without a device and holds on every sm_90 part. */

@@ -406,6 +406,8 @@ int dsa_attention_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan 
           a->num_heads);
   REQUIRE(pl->splits >= 1 && pl->splits <= pl->num_blocks && pl->blocks_per_split * pl->splits >= pl->num_blocks,
           "mla plan splits %d x %d blocks of %d", pl->splits, pl->blocks_per_split, pl->num_blocks);
+  REQUIRE(!pl->convert_rows || (pl->kernel == DSA_ATTN_SEESAW && a->kv_format == DSA_KV_FP8_PACKED),
+          "mla converted rows for kernel %d", pl->kernel);
   const size_t need = dsa_plan_attention_workspace(a, pl);
   REQUIRE(need <= dsa_plan_attention_workspace_bound(a), "mla plan needs %zu > the queried bound %zu", need,
           dsa_plan_attention_workspace_bound(a));
