@@ -180,6 +180,16 @@ static const mla_case k_mla_cases[] = {
      .seed = 419},
     {.name = "sparse MLA H64 bf16 kv_stride 640, T80 topk2048", .H = 64, .T = 80, .topk = 2048, .fmt = DSA_KV_BF16,
      .kv_stride = 640, .q_amp = 1.0, .num_slots = 30000, .seed = 418},
+    /* bf16 KV at 1 and 20 heads (the FP8 cases above have them): a head group mostly padding, odd and
+     * even chunk counts (topk 1000: 15 whole chunks of 64 and a partial one; lens cut tokens anywhere;
+     * few tokens: a token's chunks split over a cluster), -1 and out-of-range entries, a token with
+     * none valid, determinism */
+    {.name = "sparse MLA H1 bf16 kv_stride 576, T9 topk1000, lens", .H = 1, .T = 9, .topk = 1000, .fmt = DSA_KV_BF16,
+     .kv_stride = 576, .lens_given = 1, .all_invalid_token = 1, .q_amp = 2.0, .num_slots = 4000,
+     .check_determinism = 1, .seed = 420},
+    {.name = "sparse MLA H20 bf16 kv_stride 640, T40 topk2048, lens", .H = 20, .T = 40, .topk = 2048,
+     .fmt = DSA_KV_BF16, .kv_stride = 640, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0,
+     .num_slots = 9000, .check_determinism = 1, .seed = 421},
 };
 
 int main(void) {
