@@ -135,20 +135,25 @@ __device__ __forceinline__ uint32_t hm_tile_off(int r, int chunk) {
   return (uint32_t)((chunk >> 3) * HM_SEG + (r >> 3) * 1024 + (r & 7) * 128 + (((chunk & 7) ^ (r & 7)) << 4));
 }
 
-/* 16 e4m3 values x mult (f16x2, both halves the same) -> 16 f16 = two 16-byte chunks of a swizzled
- * tile row, stored at addr + off_first and addr + off_second (the caller orders the two chunks so
- * that the eight lanes of a row hit eight different 16-byte bank groups in each store). e4m3 -> f16
- * is exact; the product is rounded once. */
-__device__ __forceinline__ void hm_store_fp8(uint32_t addr, uint32_t off_first, uint32_t off_second, bool odd_first,
-                                             uint4 v, uint32_t mult) {
+/* 16 e4m3 values x mult (f16x2, both halves the same) -> 16 f16 in o: e4m3 -> f16 is exact, the
+ * product rounded once (the FP8 producer and hm_convert_rows_kernel: the same bits). */
+__device__ __forceinline__ void hm_e4m3x16_to_f16(uint4 v, uint32_t mult, uint32_t (&o)[8]) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-  uint32_t o[8];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     ptx_e4m3x4_to_f16x2x2(w[i], o[2 * i], o[2 * i + 1]);
     o[2 * i] = ptx_mul_f16x2(o[2 * i], mult);
     o[2 * i + 1] = ptx_mul_f16x2(o[2 * i + 1], mult);
   }
+}
+
+/* ... stored as two 16-byte chunks of a swizzled tile row at addr + off_first and addr + off_second
+ * (the caller orders the two chunks so that the eight lanes of a row hit eight different 16-byte
+ * bank groups in each store). */
+__device__ __forceinline__ void hm_store_fp8(uint32_t addr, uint32_t off_first, uint32_t off_second, bool odd_first,
+                                             uint4 v, uint32_t mult) {
+  uint32_t o[8];
+  hm_e4m3x16_to_f16(v, mult, o);
   ptx_st_shared_v4(addr + off_first, odd_first ? o[4] : o[0], odd_first ? o[5] : o[1], odd_first ? o[6] : o[2],
                    odd_first ? o[7] : o[3]);
   ptx_st_shared_v4(addr + off_second, odd_first ? o[0] : o[4], odd_first ? o[1] : o[5], odd_first ? o[2] : o[6],
@@ -182,6 +187,15 @@ __device__ __forceinline__ void hm_wgmma_n64(bool f16, float (&d)[32], uint64_t 
 __device__ __forceinline__ float hm_pow2(int e) { return __int_as_float((min(max(e, -126), 127) + 127) << 23); }
 /* floor(log2(x)) of a positive normal float (0 and denormals: -127) */
 __device__ __forceinline__ int hm_ilogb(float x) { return ((__float_as_int(x) >> 23) & 0xFF) - 127; }
+/* K_r of a packed FP8 row: the largest binary exponent of its four scales, within +-100; sc is scale
+ * (lane % 4) of the lane's row, the row's four scales in lanes 4-aligned (the FP8 producer and
+ * hm_convert_rows_kernel). */
+__device__ __forceinline__ int hm_row_exponent(float sc) {
+  int K = hm_ilogb(sc);
+  K = max(K, __shfl_xor_sync(0xffffffffu, K, 1));
+  K = max(K, __shfl_xor_sync(0xffffffffu, K, 2));
+  return min(max(K, -100), 100);
+}
 
 /* pv_tile: O[64 heads, 256 dims of this warpgroup] += P[64, 64 rows] . V[64 rows, those dims]; the
  * tile is read MN-major through the same 128-byte swizzle it was written with. */
@@ -702,10 +716,7 @@ __device__ __forceinline__ void hm_produce_fp8(const hm_params &p, const int32_t
       /* K_r = the largest binary exponent of the row's four scales: group g is stored as
        * e4m3 x f16(scale_g 2^-K_r) (a multiplier below 2, values below 896), the rope as
        * bf16 x 2^-K_r (exact), and 2^K_r goes to the consumers for the score and P */
-      int K = hm_ilogb(sc[q]);
-      K = max(K, __shfl_xor_sync(0xffffffffu, K, 1));
-      K = max(K, __shfl_xor_sync(0xffffffffu, K, 2));
-      K = min(max(K, -100), 100);
+      const int K = hm_row_exponent(sc[q]);
       const float f = hm_pow2(-K);
       fq[q] = ptx_f32x2_to_bf16x2(f, f);
       const uint32_t mult_mine = ptx_f32x2_to_f16x2(sc[q] * f, sc[q] * f);
@@ -812,22 +823,12 @@ __global__ void __launch_bounds__(HM_CONVERT_THREADS) hm_convert_rows_kernel(con
   if (s >= num_slots) return;
   const uint8_t *row = kv + s * MLA_FP8_SLOT_BYTES;
   const float sc = __ldg((const float *)(row + MLA_FP8_SCALE_OFF) + (lane & 3)); /* lane l: scale l % 4 */
-  int K = hm_ilogb(sc);
-  K = max(K, __shfl_xor_sync(0xffffffffu, K, 1));
-  K = max(K, __shfl_xor_sync(0xffffffffu, K, 2));
-  K = min(max(K, -100), 100);
+  const int K = hm_row_exponent(sc);
   const float f = hm_pow2(-K);
   const uint32_t mult_mine = ptx_f32x2_to_f16x2(sc * f, sc * f);
   const uint32_t mult = __shfl_sync(0xffffffffu, mult_mine, lane >> 3); /* scale of group l / 8 */
-  const uint4 v = ptx_ld_nc_v4(row + 16 * lane);
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
   uint32_t o[8];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    ptx_e4m3x4_to_f16x2x2(w[i], o[2 * i], o[2 * i + 1]);
-    o[2 * i] = ptx_mul_f16x2(o[2 * i], mult);
-    o[2 * i + 1] = ptx_mul_f16x2(o[2 * i + 1], mult);
-  }
+  hm_e4m3x16_to_f16(ptx_ld_nc_v4(row + 16 * lane), mult, o);
   uint4 *dst = (uint4 *)(rows + s * (int64_t)DSA_CONVERTED_ROW_BYTES) + 2 * lane;
   dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
   dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
