@@ -17,19 +17,24 @@
  * no pool of 128k a request. Each token selects topk distinct random visible positions (Floyd's
  * sampling), mapped to slots through the block table: every entry valid, lens = topk. Random
  * selections share few rows between tokens (at 128k two tokens' 2048 share 1.6 % on average); a real
- * indexer's neighbouring tokens share more, so the chunked row is the no-sharing case. */
+ * indexer's neighbouring tokens share more, so the chunked row is the no-sharing case. The shared
+ * chunked row models that sharing: each token keeps every entry of the previous token's selection
+ * with probability `share` and draws the rest at random (distinct, among the positions it sees) —
+ * a model with one parameter, not a measured indexer. */
 typedef struct {
   const char *name;
   int prefill, reqs, tokens, heads;
   int64_t ctx;
+  double share; /* prefill: the chance a token keeps each entry of the previous token's selection */
 } attn_shape;
 static const attn_shape ATTN_SHAPES[] = {
-    {"decode 1 x 16h", 0, 1, 1, 16, 0},          {"decode 1 x 64h", 0, 1, 1, 64, 0},
-    {"decode 1 x 128h", 0, 1, 1, 128, 0},        {"decode 64 x 16h", 0, 64, 64, 16, 0},
-    {"decode 64 x 64h", 0, 64, 64, 64, 0},       {"decode 256 x 64h", 0, 256, 256, 64, 0},
-    {"decode 128 x 128h", 0, 128, 128, 128, 0},  {"prefill 64 x 16h", 1, 1, 64, 16, 0},
-    {"prefill 64 x 64h", 1, 1, 64, 64, 0},       {"prefill 64 x 128h", 1, 1, 64, 128, 0},
-    {"prefill 4096 x 128h", 1, 1, 4096, 128, 0}, {"chunked 4096 x 16h", 1, 1, 4096, 16, 131072},
+    {"decode 1 x 16h", 0, 1, 1, 16, 0, 0},          {"decode 1 x 64h", 0, 1, 1, 64, 0, 0},
+    {"decode 1 x 128h", 0, 1, 1, 128, 0, 0},        {"decode 64 x 16h", 0, 64, 64, 16, 0, 0},
+    {"decode 64 x 64h", 0, 64, 64, 64, 0, 0},       {"decode 256 x 64h", 0, 256, 256, 64, 0, 0},
+    {"decode 128 x 128h", 0, 128, 128, 128, 0, 0},  {"prefill 64 x 16h", 1, 1, 64, 16, 0, 0},
+    {"prefill 64 x 64h", 1, 1, 64, 64, 0, 0},       {"prefill 64 x 128h", 1, 1, 64, 128, 0, 0},
+    {"prefill 4096 x 128h", 1, 1, 4096, 128, 0, 0}, {"chunked 4096 x 16h", 1, 1, 4096, 16, 131072, 0},
+    {"chunked 4096 x 16h, 90% shared", 1, 1, 4096, 16, 131072, 0.9},
 };
 #define ATTN_CHUNK_CTX_MAX 131072 /* the largest ctx above (the Floyd marks) */
 
@@ -56,16 +61,37 @@ static void make_attn_indices(bench *b, const attn_shape *sh, dsa_rng *r, int j)
   }
   const int64_t ctx = attn_ctx(sh), row_len = b->ppr * PAGE;
   const int first_row = j * attn_ctx_rows(b, sh); /* prefill: the context's first pool row */
+  int32_t *prev = sh->share > 0 ? xmalloc(sizeof(int32_t) * (size_t)k) : NULL; /* the previous token's positions */
+  int n_prev = 0;
   for (int t = 0; t < sh->tokens; t++) {
     const int req = sh->prefill ? first_row : j * sh->reqs + t;
     const int64_t L = sh->prefill ? ctx - sh->tokens + 1 + t : ctx;
     const int n = (int)imin64(k, L);
     int32_t *row = b->h_topk + (size_t)t * k, *pos = b->ref_topk; /* ref_topk: [topk] scratch */
-    for (int64_t i = L - n, e = 0; i < L; i++, e++) { /* Floyd: n distinct positions of [0, L) */
-      int64_t p = (int64_t)dsa_rng_below(r, (uint64_t)(i + 1));
-      if (b->mark[p]) p = i;
-      b->mark[p] = 1;
-      pos[e] = (int32_t)p;
+    int kept = 0;
+    if (prev && 2 * (int64_t)n <= L) { /* the previous token's entries kept (all visible here), the rest drawn */
+      for (int e = 0; e < n_prev && kept < n; e++)
+        if (dsa_rng_unit(r) < sh->share) {
+          b->mark[prev[e]] = 1;
+          pos[kept++] = prev[e];
+        }
+      for (int e = kept; e < n; e++) { /* rejection: at most half the positions are marked */
+        int64_t p;
+        do p = (int64_t)dsa_rng_below(r, (uint64_t)L); while (b->mark[p]);
+        b->mark[p] = 1;
+        pos[e] = (int32_t)p;
+      }
+    } else {
+      for (int64_t i = L - n, e = 0; i < L; i++, e++) { /* Floyd: n distinct positions of [0, L) */
+        int64_t p = (int64_t)dsa_rng_below(r, (uint64_t)(i + 1));
+        if (b->mark[p]) p = i;
+        b->mark[p] = 1;
+        pos[e] = (int32_t)p;
+      }
+    }
+    if (prev) {
+      memcpy(prev, pos, sizeof(int32_t) * (size_t)n);
+      n_prev = n;
     }
     for (int e = 0; e < n; e++) {
       b->mark[pos[e]] = 0;
@@ -75,6 +101,7 @@ static void make_attn_indices(bench *b, const attn_shape *sh, dsa_rng *r, int j)
     for (int e = n; e < k; e++) row[e] = -1;
     b->h_lens[t] = n;
   }
+  free(prev);
   int32_t *dt = j > 0 ? cold_topk(b, j, sh->tokens) : b->d_topk, *dl = j > 0 ? cold_lens(b, j, sh->tokens) : b->d_lens;
   CK(cudaMemcpy(dt, b->h_topk, sizeof(int32_t) * (size_t)sh->tokens * k, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(dl, b->h_lens, sizeof(int32_t) * (size_t)sh->tokens, cudaMemcpyHostToDevice));
