@@ -312,10 +312,7 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hmx_attention_kernel(const hm_p
       ptx_setmaxnreg_dec<HM_REG_PRODUCER(true)>();
       hmx_produce_fp8(p, idx_row, end, n, tile_u32, ring, valid_s, colf_s, w, lane);
     }
-    if (p.splits > 1) { /* the merge's two cluster barriers count every thread */
-      ptx_cluster_sync();
-      ptx_cluster_sync();
-    }
+    if (p.splits > 1) hm_merge_cluster(p, s_u32, t, head0, false, tid); /* its barriers count every thread */
     return;
   }
 
@@ -340,20 +337,11 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hmx_attention_kernel(const hm_p
   if (cw == 0) {
     ptx_setmaxnreg_inc<HM_REG_QK(FP8)>(); /* O half, S and the softmax */
     hmx_consume_qk<FP8>(p, x, warp & 3, lane);
-    if (p.splits > 1) { /* warpgroup 0 merges; warpgroup 1 only joins the cluster barriers */
-      ptx_cluster_sync(); /* every CTA of the (token, group) has its (m, l, O) staged */
-      if (p.splits == 2) hm_merge_splits<2>(p, s_u32, t, head0, tid);
-      else if (p.splits == 4) hm_merge_splits<4>(p, s_u32, t, head0, tid);
-      else hm_merge_splits<8>(p, s_u32, t, head0, tid);
-      ptx_cluster_sync(); /* peers may still read this CTA's staging */
-    }
+    if (p.splits > 1) hm_merge_cluster(p, s_u32, t, head0, true, tid); /* warpgroup 1 only joins the barriers */
   } else {
     if (HM_REG_PV(FP8) > 168) ptx_setmaxnreg_inc<(HM_REG_PV(FP8) > 168 ? HM_REG_PV(FP8) : 168)>();
     hmx_consume_pv<FP8>(p, x, warp & 3, lane);
-    if (p.splits > 1) {
-      ptx_cluster_sync();
-      ptx_cluster_sync();
-    }
+    if (p.splits > 1) hm_merge_cluster(p, s_u32, t, head0, false, tid);
   }
 }
 

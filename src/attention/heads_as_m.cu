@@ -266,8 +266,8 @@ __device__ __forceinline__ void hm_qk_tile(float (&s)[32], float (&o)[128], cons
 }
 
 /* online_softmax of tile b's S (a head row lives in one lane quad): the running max (m0, m1) moves
- * to the chunk's, s becomes P, (a0, a1) = exp of old max - new, (ps0, ps1) the quad-partial sums of P. FP8: S = (Q 2^-e_h).(K 2^-K_r), the
- * score is S 2^e_h 2^K_r, both powers of two (exact). */
+ * to the chunk's, s becomes P, (a0, a1) = exp of old max - new, (ps0, ps1) the quad-partial sums of
+ * P. FP8: S = (Q 2^-e_h).(K 2^-K_r), the score is S 2^e_h 2^K_r, both powers of two (exact). */
 template <bool FP8>
 __device__ __forceinline__ void hm_softmax(float (&s)[32], const hm_params &p, const hm_ctx &x, int b, int qd, float qs0,
                                            float qs1, float &m0, float &m1, float &a0, float &a1, float &ps0,
@@ -617,6 +617,19 @@ __device__ __forceinline__ void hm_merge_splits(const hm_params &p, uint32_t s_u
   }
 }
 
+/* A split CTA's end: the cluster's merge between two cluster barriers, which every thread of the CTA
+ * joins; the threads of warpgroup 0 (merges, ctid its thread) merge. */
+__device__ __forceinline__ void hm_merge_cluster(const hm_params &p, uint32_t s_u32, int64_t t, int head0, bool merges,
+                                                 int ctid) {
+  ptx_cluster_sync(); /* every CTA of the (token, group) has its (m, l, O) staged */
+  if (merges) {
+    if (p.splits == 2) hm_merge_splits<2>(p, s_u32, t, head0, ctid);
+    else if (p.splits == 4) hm_merge_splits<4>(p, s_u32, t, head0, ctid);
+    else hm_merge_splits<8>(p, s_u32, t, head0, ctid);
+  }
+  ptx_cluster_sync(); /* peers may still read this CTA's staging */
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Producer (warpgroup 2): gather rows into the tile ring. The 8 lanes p of a row cover one 128-byte
  * line of it per instruction (whole lines from L2) and one 128-byte swizzled tile row in shared
@@ -891,10 +904,7 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_pa
       ptx_setmaxnreg_dec<HM_REG_PRODUCER(true)>();
       hm_produce_fp8(p, idx_row, end, n, tile_u32, ring, valid_s, colf_s, w, lane);
     }
-    if (p.splits > 1) { /* the merge's two cluster barriers count every thread */
-      ptx_cluster_sync();
-      ptx_cluster_sync();
-    }
+    if (p.splits > 1) hm_merge_cluster(p, s_u32, t, head0, false, tid); /* its barriers count every thread */
     return;
   }
 
@@ -919,32 +929,15 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_pa
   if (SEESAW) {
     ptx_setmaxnreg_inc<HM_REG_SEESAW>(); /* both: an O half, S and the softmax */
     hm_consume_seesaw<FP8>(p, x, cw, warp & 3, lane);
-    if (p.splits > 1) { /* warpgroup 0 merges; warpgroup 1 only joins the cluster barriers */
-      ptx_cluster_sync();
-      if (cw == 0) {
-        if (p.splits == 2) hm_merge_splits<2>(p, s_u32, t, head0, tid);
-        else if (p.splits == 4) hm_merge_splits<4>(p, s_u32, t, head0, tid);
-        else hm_merge_splits<8>(p, s_u32, t, head0, tid);
-      }
-      ptx_cluster_sync();
-    }
+    if (p.splits > 1) hm_merge_cluster(p, s_u32, t, head0, cw == 0, tid); /* warpgroup 1 only joins the barriers */
   } else if (cw == 0) {
     ptx_setmaxnreg_inc<HM_REG_QK(FP8)>(); /* O half, S and the softmax */
     hm_consume_qk<FP8>(p, x, warp & 3, lane);
-    if (p.splits > 1) { /* warpgroup 0 merges; warpgroup 1 only joins the cluster barriers */
-      ptx_cluster_sync(); /* every CTA of the (token, group) has its (m, l, O) staged */
-      if (p.splits == 2) hm_merge_splits<2>(p, s_u32, t, head0, tid);
-      else if (p.splits == 4) hm_merge_splits<4>(p, s_u32, t, head0, tid);
-      else hm_merge_splits<8>(p, s_u32, t, head0, tid);
-      ptx_cluster_sync(); /* peers may still read this CTA's staging */
-    }
+    if (p.splits > 1) hm_merge_cluster(p, s_u32, t, head0, true, tid);
   } else {
     if (HM_REG_PV(FP8) > 168) ptx_setmaxnreg_inc<(HM_REG_PV(FP8) > 168 ? HM_REG_PV(FP8) : 168)>();
     hm_consume_pv<FP8>(p, x, warp & 3, lane);
-    if (p.splits > 1) {
-      ptx_cluster_sync();
-      ptx_cluster_sync();
-    }
+    if (p.splits > 1) hm_merge_cluster(p, s_u32, t, head0, false, tid);
   }
 }
 
