@@ -41,7 +41,7 @@
 #include "common/ptx/sync.cuh"
 #include "common/score_key.cuh"
 #include "kernels.h"
-#include "topk/radix.cuh" /* block_exclusive_sum */
+#include "topk/radix.cuh" /* block_exclusive_sum, warp_inclusive_sum */
 
 #define MR_THREADS 256
 #define MR_ITEMS 8
@@ -146,12 +146,7 @@ static __device__ void mr_find_bin(mr_smem *sm, int buf, int need, int C) {
   for (int r = 0; r < MR_MAX_CLUSTER; ++r)
     if (r < C) va += pa[r], vb += pb[r];
   const uint32_t s = va + vb;
-  uint32_t incl = s;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint32_t y = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += y;
-  }
+  const uint32_t incl = warp_inclusive_sum(s);
   /* no bin reaching need happens only with counts that disagree with the candidates (it cannot with
    * the composites in registers); the answer then ends the passes */
   int bin = 0, above = 0, in_bin = need;
@@ -171,12 +166,7 @@ static __device__ void mr_find_bin(mr_smem *sm, int buf, int need, int C) {
 #pragma unroll
     for (int r = 0; r < MR_MAX_CLUSTER; ++r)
       if (r < C) v += p[r];
-    uint32_t incl2 = v;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const uint32_t y = __shfl_up_sync(0xffffffffu, incl2, o);
-      if (lane >= o) incl2 += y;
-    }
+    const uint32_t incl2 = warp_inclusive_sum(v);
     const unsigned hit2 = __ballot_sync(0xffffffffu, above_g + incl2 >= (uint32_t)need);
     const int l2 = hit2 ? __ffs(hit2) - 1 : 31;
     bin = 32 * g + 31 - l2;
@@ -313,12 +303,7 @@ __global__ void __launch_bounds__(MR_THREADS) topk_merge_runs_kernel(const dsa_t
   mr_sync(C); /* every CTA's count and list offsets are complete */
   if (warp == 0) {
     const int nr = lane < C ? (int)mr_peer(&sm.n_sel, lane, C) : 0;
-    int incl = nr;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int y = __shfl_up_sync(0xffffffffu, incl, o);
-      if (lane >= o) incl += y;
-    }
+    const int incl = warp_inclusive_sum(nr);
     const int off = __shfl_sync(0xffffffffu, incl - nr, rank), tot = __shfl_sync(0xffffffffu, incl, 31);
     int ls = 0;
     if (lane <= W)

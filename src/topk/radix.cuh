@@ -21,27 +21,26 @@
 #include "common/score_key.cuh"
 #include "kernels.h"
 
+/* Inclusive prefix sum over the 32 lanes of a warp (every lane taking part). */
+template <typename T>
+static __device__ __forceinline__ T warp_inclusive_sum(T x) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const T y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += y;
+  }
+  return x;
+}
+
 /* Exclusive prefix sum over the block (blockDim.x a multiple of 32, <= 1024) with warp shuffles;
  * *total gets the block's sum. scratch: 32 ints of shared memory. */
 static __device__ int block_exclusive_sum(int v, int *scratch, int *total) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  int x = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, x, o);
-    if (lane >= o) x += y;
-  }
+  const int x = warp_inclusive_sum(v);
   if (lane == 31) scratch[warp] = x;
   __syncthreads();
-  if (warp == 0) {
-    int w = lane < nw ? scratch[lane] : 0;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int y = __shfl_up_sync(0xffffffffu, w, o);
-      if (lane >= o) w += y;
-    }
-    scratch[lane] = w;
-  }
+  if (warp == 0) scratch[lane] = warp_inclusive_sum(lane < nw ? scratch[lane] : 0);
   __syncthreads();
   const int excl = x - v + (warp ? scratch[warp - 1] : 0);
   *total = scratch[nw - 1];
