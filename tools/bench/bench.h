@@ -189,6 +189,10 @@ typedef struct {
 /* ---- main.c ---- */
 /* "dsa-bench: " and the message on stderr (stdout flushed first), then exit(1). */
 void die(const char *fmt, ...);
+/* An integer in [lo, hi], or die naming the option; a comma-separated list of them into out[]
+ * (at most cap), returning the count. */
+int parse_int(const char *s, long lo, long hi, const char *opt);
+int parse_int_list(const char *arg, const char *opt, int *out, int cap, long lo, long hi);
 
 /* ---- setup.c ---- */
 void *xmalloc(size_t bytes);

@@ -130,7 +130,7 @@ static void usage(FILE *f) {
 "exit status: 0 ok, 1 error or failed check, 2 no sm_90 GPU.\n");
 }
 
-static int parse_int(const char *s, long lo, long hi, const char *opt) {
+int parse_int(const char *s, long lo, long hi, const char *opt) {
   char *end = NULL;
   long v = strtol(s, &end, 10);
   if (!s[0] || *end || v < lo || v > hi) die("%s: '%s' is not an integer in [%ld, %ld]", opt, s, lo, hi);
@@ -150,6 +150,19 @@ static int64_t parse_size(const char *tok) {
   }
   if (*end || v < 1 || v > MAX_S) die("--sizes: '%s' is not a size in [1, %d]", tok, MAX_S);
   return (int64_t)v;
+}
+
+int parse_int_list(const char *arg, const char *opt, int *out, int cap, long lo, long hi) {
+  char buf[1024];
+  if (strlen(arg) >= sizeof buf) die("%s: list too long", opt);
+  strcpy(buf, arg);
+  int n = 0;
+  for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+    if (n == cap) die("%s: more than %d entries", opt, cap);
+    out[n++] = parse_int(tok, lo, hi, opt);
+  }
+  if (n == 0) die("%s: empty list", opt);
+  return n;
 }
 
 /* Comma-separated list into out[]; returns the count. */

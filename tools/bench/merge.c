@@ -23,18 +23,6 @@
 #define MERGE_K 2048
 #define MERGE_MAX 16
 
-static int parse_ints(const char *arg, int *out, int lo, int hi) {
-  char buf[256];
-  snprintf(buf, sizeof buf, "%s", arg);
-  int n = 0;
-  for (char *t = strtok(buf, ","); t && n < MERGE_MAX; t = strtok(NULL, ",")) {
-    const int v = atoi(t);
-    if (v < lo || v > hi) die("merge: %d outside [%d, %d]", v, lo, hi);
-    out[n++] = v;
-  }
-  return n;
-}
-
 /* W lists of K candidates for each of T tokens, [W, T, K] as the all-gather lays them out. */
 static void make_lists(int W, int T, uint64_t seed, float *sc, int32_t *id) {
   for (int w = 0; w < W; w++)
@@ -54,10 +42,10 @@ int merge_main(int argc, char **argv) {
   const char *kernels = "select,runs", *json = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--lists") && v) nl = parse_ints(argv[++i], lists, 1, DSA_MAX_MERGE_CANDIDATES / MERGE_K);
-    else if (!strcmp(a, "--tokens") && v) nt = parse_ints(argv[++i], tokens, 1, 65536);
+    if (!strcmp(a, "--lists") && v) nl = parse_int_list(argv[++i], a, lists, MERGE_MAX, 1, DSA_MAX_MERGE_CANDIDATES / MERGE_K);
+    else if (!strcmp(a, "--tokens") && v) nt = parse_int_list(argv[++i], a, tokens, MERGE_MAX, 1, 65536);
     else if (!strcmp(a, "--kernels") && v) kernels = argv[++i];
-    else if (!strcmp(a, "--iters") && v) iters = atoi(argv[++i]);
+    else if (!strcmp(a, "--iters") && v) iters = parse_int(argv[++i], 1, 100000, a);
     else if (!strcmp(a, "--check")) check = 1;
     else if (!strcmp(a, "--json") && v) json = argv[++i];
     else {
@@ -66,7 +54,6 @@ int merge_main(int argc, char **argv) {
       return 2;
     }
   }
-  if (iters < 1) die("merge: --iters %d", iters);
   static bench b; /* what time_stage uses: options, stream, events, gate */
   b.o.iters = iters;
   b.o.warmup = 20;
