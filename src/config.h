@@ -76,6 +76,9 @@
 /* The split plan shapes work for at most this many SMs (every sm_90 part has <= 132); the
  * workspace size query assumes it, so a workspace sized once fits every sm_90 device. */
 #define DSA_PLAN_MAX_SMS 132
+/* The slots an attention kernel addresses: indices are int32, so num_slots past 2^31 changes nothing
+ * (mla_slots_cap); the seesaw's converted rows (host/plan.c) count as many. */
+#define DSA_ATTN_SLOTS_CAP ((int64_t)1 << 31)
 
 /* ---- context parallelism's merge (cp/) ---- */
 /* The runs kernel (cp/merge_runs.cu) gives a CTA this many of a row's candidates (a cluster of up to

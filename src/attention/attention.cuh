@@ -88,5 +88,5 @@ static __device__ __forceinline__ int mla_slot_checked(int idx, int64_t num_slot
 /* num_slots as a kernel using mla_slot_checked takes it: no int32 index reaches 2^31, so the cap
  * changes no result. */
 static inline int64_t mla_slots_cap(int64_t num_slots) {
-  return num_slots < ((int64_t)1 << 31) ? num_slots : ((int64_t)1 << 31);
+  return num_slots < DSA_ATTN_SLOTS_CAP ? num_slots : DSA_ATTN_SLOTS_CAP;
 }

@@ -316,7 +316,7 @@ static size_t mla_split_bytes(const dsa_sparse_mla_args *a, int64_t splits) {
 
 /* The converted rows and their factors (dsa_attention_plan.convert_rows). */
 static size_t mla_converted_bytes(const dsa_sparse_mla_args *a) {
-  const int64_t slots = a->num_slots < 0x7fffffffLL ? a->num_slots : 0x7fffffffLL; /* slots past 2^31 - 1 are skipped */
+  const int64_t slots = a->num_slots < DSA_ATTN_SLOTS_CAP ? a->num_slots : DSA_ATTN_SLOTS_CAP; /* the kernel's count */
   return DSA_CONVERTED_COLF_OFF(slots) + (size_t)slots * sizeof(float);
 }
 
