@@ -54,8 +54,9 @@ dsa_gpu_test(dsa.gpu_api test_gpu_api "")
 dsa_gpu_test(dsa.gpu_garbage test_gpu_garbage "")
 # context parallelism's single-GPU pieces: merge, LSE combine, simulated ranks against one GPU
 dsa_gpu_test(dsa.gpu_cp test_gpu_cp "")
-# ... and the merge on the runs kernel (lists in ascending id order placed without a sort)
+# ... and the merge on each kernel forced (the table picks runs for most of its small cases)
 dsa_gpu_test(dsa.gpu_cp_merge_runs test_gpu_cp "DSA_KERNEL=merge:runs")
+dsa_gpu_test(dsa.gpu_cp_merge_select test_gpu_cp "DSA_KERNEL=merge:select")
 # The attention cases on each kernel forced.
 dsa_gpu_test(dsa.gpu_attention_mma_split test_gpu_attention "DSA_KERNEL=attention:mma_split")
 dsa_gpu_test(dsa.gpu_attention_rows_as_m test_gpu_attention "DSA_KERNEL=attention:rows_as_m")
@@ -99,6 +100,7 @@ if(DSA_HAVE_NCCL)
   add_test(NAME dsa.cp_errors COMMAND test_cp_nccl --host)
   dsa_gpu_test(dsa.cp_nccl test_cp_nccl "NCCL_NVLS_ENABLE=0")
   dsa_gpu_test(dsa.cp_nccl_merge_runs test_cp_nccl "NCCL_NVLS_ENABLE=0;DSA_KERNEL=merge:runs")
+  dsa_gpu_test(dsa.cp_nccl_merge_select test_cp_nccl "NCCL_NVLS_ENABLE=0;DSA_KERNEL=merge:select")
 endif()
 
 # ---- Host-layer tests that run without a GPU, under AddressSanitizer + UndefinedBehaviorSanitizer ----

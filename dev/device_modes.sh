@@ -34,7 +34,7 @@
 #              bf16 and FP8 (converted rows) cases, then dsa-bench attn --check with heads_as_m and with
 #              seesaw forced: bf16 KV at every shape, FP8 at the prefill shapes (two tables)
 #   cp         several GPUs (issue 24; the nvidia-h200-x4 / -x8 kinds): test_cp_nccl at every W the host
-#              has (2, 4, 8), on the table's merge and on merge:runs, then for W = 4 and 8 dsa-bench cp
+#              has (2, 4, 8), on the table's merge and on each forced, then for W = 4 and 8 dsa-bench cp
 #              --check: decode batch 1 and 8 at 1M / 2M / 4M / 8M (round robin and blocks), the same in
 #              CUDA graphs at 1M and 8M, prefill 4096 tokens at 1M; NCCL_NVLS_ENABLE=0 throughout.
 #              CP_STEPS picks some of "tests decode graph prefill" (default all)
@@ -148,11 +148,12 @@ cp)
   steps=${CP_STEPS:-tests decode graph prefill}
   ngpu=$(nvidia-smi -L | wc -l)
   if [[ " $steps " == *" tests "* ]]; then
-    for k in "" merge:runs; do
-      DSA_KERNEL=$k timeout 590 "$B/test_cp_nccl" >"$OUT/test-cp-nccl${k:+-runs}.log" 2>&1 || rc=1
+    for k in "" merge:runs merge:select; do
       label=${k:-default}
-      echo "test_cp_nccl, merge $label: $(grep -c '^ok' "$OUT/test-cp-nccl${k:+-runs}.log") ok," \
-        "$(grep -c '^FAIL' "$OUT/test-cp-nccl${k:+-runs}.log") failed; $(grep '^skip' "$OUT/test-cp-nccl${k:+-runs}.log" | tr '\n' ' ')"
+      log="$OUT/test-cp-nccl-${label#merge:}.log"
+      DSA_KERNEL=$k timeout 590 "$B/test_cp_nccl" >"$log" 2>&1 || rc=1
+      echo "test_cp_nccl, merge $label: $(grep -c '^ok' "$log") ok, $(grep -c '^FAIL' "$log") failed;" \
+        "$(grep '^skip' "$log" | tr '\n' ' ')"
     done
   fi
   for W in 4 8; do

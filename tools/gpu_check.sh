@@ -54,7 +54,7 @@ FORCED=(
   "test_gpu_api|indexer:separate indexer:fused"
   "test_gpu_topk|topk:registers topk:slices topk:chain"
   "test_gpu_attention|attention:mma_split attention:rows_as_m attention:heads_as_m attention:seesaw"
-  "test_gpu_cp|merge:runs"
+  "test_gpu_cp|merge:runs merge:select"
 )
 
 run_test() { # run_test PROGRAM LABEL [ENV...]

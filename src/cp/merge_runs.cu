@@ -7,7 +7,7 @@
  *   out  indices [num_rows, topk], lens [num_rows]           (dsa.h: ascending id order, -1 after)
  *
  * A row's n = num_lists * k_in candidates (<= 16,384) are cut into C = ceil(n / 2048) slices in flat
- * (list-major) order, one CTA of 256 threads each, 8 consecutive candidates a thread held in
+ * (list-major) order, one CTA of 512 threads each (config.h), 4 consecutive candidates a thread held in
  * registers as composites (score key << 32 | ~id, common/score_key.cuh; 0 = no candidate); the C CTAs
  * of a row form one thread-block cluster (C = 1: a plain CTA). A CTA:
  *   1. range: publishes its smallest and largest key and its candidate count; after a cluster barrier
@@ -20,17 +20,18 @@
  *      exactly what is still needed: the k-th composite's prefix T, selected <=> composite >= T;
  *   3. gather: its selected in flat order (block scan) and, for each list starting in its slice, its
  *      selected before that start; after a cluster barrier each CTA knows its offset among the row's
- *      selected and where each list's selected begin, and stores its selected ids at their offsets in
- *      every CTA's `cat`; after one more cluster barrier every CTA holds the row's selected ids, list
- *      after list;
+ *      selected and where each list's selected begin, stores its selected ids at their offsets in its
+ *      `cat` and copies that segment into every peer's (16-byte stores over the SM-to-SM network);
+ *      after one more cluster barrier every CTA holds the row's selected ids, list after list;
  *   4. place: if each list's selected ids ascend (checked on `cat`), id x, the i-th selected of list
  *      w, goes to i + sum over the other lists v of their selected below x (at most x for v < w: a
  *      permutation even if ids repeat) — binary searches of the other runs in shared memory, all v
  *      at once; each CTA places its own selected. Lists in another order: rank 0 sorts `cat`
  *      (cub::BlockRadixSort): exact, slower.
  * No workspace; a row costs at least four cluster barriers (range, a pass, counts, ids).
- * Not yet run on a GPU (written 2026-12-05 without one): the choice table (host/choose.c) runs it
- * only where DSA_KERNEL=merge:runs forces it.
+ * Measured (H200, 2026-12-05; docs/PERF.md): one token of 8 x 2048 candidates 15.7 us, a warp's path
+ * about 2,000 instructions at 13-14 cycles each (latency-bound: fixed-latency waits, instruction
+ * fetch, the barriers); host/choose.c picks it where its clusters fit one wave.
  */
 #include <cub/block/block_radix_sort.cuh>
 #include <stddef.h>
@@ -43,8 +44,9 @@
 #include "kernels.h"
 #include "topk/radix.cuh" /* block_exclusive_sum, warp_inclusive_sum */
 
-#define MR_THREADS 256
-#define MR_ITEMS 8
+#define MR_THREADS DSA_MERGE_RUNS_THREADS
+#define MR_ITEMS (DSA_MERGE_RUNS_SLICE / MR_THREADS) /* candidates a thread */
+#define MR_WARPS (MR_THREADS / 32)
 #define MR_SLICE DSA_MERGE_RUNS_SLICE /* candidates a CTA: MR_THREADS x MR_ITEMS */
 #define MR_BINS 2048                  /* a digit of 11 bits */
 #define MR_GROUPS (MR_BINS / 32)      /* group g: bins [32g, 32g + 32) */
@@ -54,6 +56,8 @@ static_assert(MR_SLICE == MR_THREADS * MR_ITEMS, "config.h's slice is the CTA's 
 static_assert(MR_SLICE * MR_MAX_CLUSTER >= DSA_MAX_MERGE_CANDIDATES, "a row fits a portable cluster");
 static_assert(MR_SLICE >= DSA_MAX_TOPK, "the fallback sorts a row's selected in one CTA");
 static_assert(MR_GROUPS == 2 * 32, "warp 0 takes two groups a lane");
+static_assert((MR_ITEMS == 8 || MR_ITEMS == 4) && DSA_MAX_TOPK % MR_ITEMS == 0,
+              "a thread's candidates are one or two 16-byte loads; step 4's check reads its cat entries so");
 
 typedef cub::BlockRadixSort<int, MR_THREADS, MR_ITEMS> mr_sort;
 
@@ -66,12 +70,12 @@ typedef struct {
     } pass;
     mr_sort::TempStorage sort;      /* step 4's fallback (after the last barrier: no peer reads) */
   } u;
-  int32_t cat[DSA_MAX_TOPK];         /* the row's selected ids, list after list (every CTA's copy) */
+  __align__(16) int32_t cat[DSA_MAX_TOPK]; /* the row's selected ids, list after list (every CTA's copy) */
   int32_t below[MR_LISTS + 1];       /* this CTA's selected before list w's first candidate (peers read) */
   int32_t list_start[MR_LISTS + 1];  /* the row's: list w's selected are cat[list_start[w], [w + 1]) */
   uint32_t range[3];                 /* this CTA's smallest key, largest key, candidates (peers read) */
   int32_t n_sel;                     /* this CTA's selected (peers read) */
-  int32_t scratch[40];
+  int32_t scratch[3 * MR_WARPS + 8];
   uint32_t row_kmin, row_kmax;
   int32_t row_valid;
   int32_t bin, above, in_bin;        /* a pass's answer from warp 0 */
@@ -89,21 +93,29 @@ static __device__ __forceinline__ uint32_t mr_peer(const void *p, int r, int C) 
   return C == 1 ? *(const volatile uint32_t *)p : ptx_ld_cluster_u32(ptx_mapa(ptx_smem_u32(p), (uint32_t)r));
 }
 
-/* Candidates [f0, f0 + 8) of the row's flat order (list w = f / k_in, entry f % k_in) as
+/* Candidates [f0, f0 + MR_ITEMS) of the row's flat order (list w = f / k_in, entry f % k_in) as
  * composites, 0 past n or where the id is negative. Every load is issued before any is used. */
 static __device__ __forceinline__ void mr_load(const dsa_topk_merge_args &a, int row, int f0, int n,
                                                uint64_t c[MR_ITEMS]) {
   float s[MR_ITEMS];
   int id[MR_ITEMS];
   const bool vec = a.k_in % MR_ITEMS == 0 && (((uintptr_t)a.cand_scores | (uintptr_t)a.cand_ids) & 15) == 0;
-  if (vec) { /* the eight lie in one list, 32-byte aligned */
+  if (vec) { /* a thread's candidates lie in one list, 16-byte aligned */
     if (f0 < n) {
       const int w = f0 / a.k_in, j = f0 - w * a.k_in;
       const int64_t at = ((int64_t)w * a.num_rows + row) * a.k_in + j;
-      const float4 s0 = ((const float4 *)(a.cand_scores + at))[0], s1 = ((const float4 *)(a.cand_scores + at))[1];
-      const int4 i0 = ((const int4 *)(a.cand_ids + at))[0], i1 = ((const int4 *)(a.cand_ids + at))[1];
-      s[0] = s0.x, s[1] = s0.y, s[2] = s0.z, s[3] = s0.w, s[4] = s1.x, s[5] = s1.y, s[6] = s1.z, s[7] = s1.w;
-      id[0] = i0.x, id[1] = i0.y, id[2] = i0.z, id[3] = i0.w, id[4] = i1.x, id[5] = i1.y, id[6] = i1.z, id[7] = i1.w;
+      float4 sv[MR_ITEMS / 4];
+      int4 iv[MR_ITEMS / 4];
+#pragma unroll
+      for (int h = 0; h < MR_ITEMS / 4; ++h) {
+        sv[h] = ((const float4 *)(a.cand_scores + at))[h];
+        iv[h] = ((const int4 *)(a.cand_ids + at))[h];
+      }
+#pragma unroll
+      for (int h = 0; h < MR_ITEMS / 4; ++h) {
+        s[4 * h] = sv[h].x, s[4 * h + 1] = sv[h].y, s[4 * h + 2] = sv[h].z, s[4 * h + 3] = sv[h].w;
+        id[4 * h] = iv[h].x, id[4 * h + 1] = iv[h].y, id[4 * h + 2] = iv[h].z, id[4 * h + 3] = iv[h].w;
+      }
     } else {
 #pragma unroll
       for (int u = 0; u < MR_ITEMS; ++u) s[u] = 0.f, id[u] = -1;
@@ -180,7 +192,7 @@ static __device__ void mr_find_bin(mr_smem *sm, int buf, int need, int C) {
   }
 }
 
-__global__ void __launch_bounds__(MR_THREADS) topk_merge_runs_kernel(const dsa_topk_merge_args a) {
+__global__ void __launch_bounds__(MR_THREADS, 1024 / MR_THREADS) topk_merge_runs_kernel(const dsa_topk_merge_args a) {
   __shared__ __align__(16) mr_smem sm; /* hist read as uint4 */
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int C = (int)ptx_cluster_nctarank(), rank = (int)ptx_cluster_ctarank();
@@ -207,15 +219,15 @@ __global__ void __launch_bounds__(MR_THREADS) topk_merge_runs_kernel(const dsa_t
   nv = __reduce_add_sync(0xffffffffu, nv);
   if (lane == 0) {
     sm.scratch[warp] = (int)mn;
-    sm.scratch[8 + warp] = (int)mx;
-    sm.scratch[16 + warp] = (int)nv;
+    sm.scratch[MR_WARPS + warp] = (int)mx;
+    sm.scratch[2 * MR_WARPS + warp] = (int)nv;
   }
   __syncthreads();
   if (warp == 0) {
-    const bool w8 = lane < MR_THREADS / 32;
-    mn = __reduce_min_sync(0xffffffffu, w8 ? (uint32_t)sm.scratch[lane] : 0xffffffffu);
-    mx = __reduce_max_sync(0xffffffffu, w8 ? (uint32_t)sm.scratch[8 + lane] : 0u);
-    nv = __reduce_add_sync(0xffffffffu, w8 ? (uint32_t)sm.scratch[16 + lane] : 0u);
+    const bool lw = lane < MR_WARPS;
+    mn = __reduce_min_sync(0xffffffffu, lw ? (uint32_t)sm.scratch[lane] : 0xffffffffu);
+    mx = __reduce_max_sync(0xffffffffu, lw ? (uint32_t)sm.scratch[MR_WARPS + lane] : 0u);
+    nv = __reduce_add_sync(0xffffffffu, lw ? (uint32_t)sm.scratch[2 * MR_WARPS + lane] : 0u);
     if (lane == 0) {
       sm.range[0] = mn;
       sm.range[1] = mx;
@@ -262,12 +274,17 @@ __global__ void __launch_bounds__(MR_THREADS) topk_merge_runs_kernel(const dsa_t
         if (c[u] && (shift == 64 || (oc >> shift) == (T >> shift))) atomicAdd(&h[(oc >> nsh) & dmask], 1u);
       }
       __syncthreads();
-      { /* group sums: thread t adds bins [8t, 8t + 8), four threads a group */
-        const uint4 v0 = *(const uint4 *)&h[8 * tid], v1 = *(const uint4 *)&h[8 * tid + 4];
-        uint32_t s = v0.x + v0.y + v0.z + v0.w + v1.x + v1.y + v1.z + v1.w;
-        s += __shfl_xor_sync(0xffffffffu, s, 1);
-        s += __shfl_xor_sync(0xffffffffu, s, 2);
-        if ((tid & 3) == 0) sm.u.pass.group[buf][tid >> 2] = s;
+      { /* group sums: thread t adds bins [B t, B t + B), B = 2048 / threads (8 or 4), 32 / B threads a group */
+        constexpr int B = MR_BINS / MR_THREADS, TPG = 32 / B;
+        uint32_t s = 0u;
+#pragma unroll
+        for (int q = 0; q < B / 4; ++q) {
+          const uint4 v = *(const uint4 *)&h[B * tid + 4 * q];
+          s += v.x + v.y + v.z + v.w;
+        }
+#pragma unroll
+        for (int o = 1; o < TPG; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (tid % TPG == 0) sm.u.pass.group[buf][tid / TPG] = s;
       }
       mr_sync(C); /* every CTA's histogram and group sums of this pass are complete */
       /* the other buffer is free: every CTA finished reading it (the previous pass) before this barrier */
@@ -316,29 +333,56 @@ __global__ void __launch_bounds__(MR_THREADS) topk_merge_runs_kernel(const dsa_t
   }
   __syncthreads();
   const int m = min(sm.total, k);
-  {
+  { /* this CTA's selected into its own cat, at their places among the row's */
     int o = sm.offset + excl;
-    const uint32_t cat0 = ptx_smem_u32(sm.cat);
 #pragma unroll
     for (int u = 0; u < MR_ITEMS; ++u)
       if (mask >> u & 1u) {
-        if (o < m) {
-          const uint32_t id = ~(uint32_t)c[u]; /* the id back from the composite's low half */
-          if (C == 1) sm.cat[o] = (int)id;
-          else
-            for (int r = 0; r < C; ++r) ptx_st_cluster_u32(ptx_mapa(cat0 + 4u * (uint32_t)o, (uint32_t)r), id);
-        }
+        if (o < m) sm.cat[o] = (int)~(uint32_t)c[u]; /* the id back from the composite's low half */
         ++o;
       }
   }
+  if (C > 1) { /* then that segment [lo, hi) into every peer's: 16-byte stores, single ids at its ends
+                  (the chunks it shares with a neighbour's segment) */
+    __syncthreads();
+    const int lo = min(sm.offset, m), hi = min(sm.offset + sm.n_sel, m);
+    const int q0 = lo >> 2, nq = hi > lo ? ((hi + 3) >> 2) - q0 : 0;
+    const uint32_t cat0 = ptx_smem_u32(sm.cat);
+    for (int it = tid; it < nq * (C - 1); it += MR_THREADS) {
+      const int pr = it / nq, q = q0 + (it - pr * nq);
+      const uint32_t peer = (uint32_t)(pr + (pr >= rank)), a0 = (uint32_t)(4 * q);
+      if (4 * q >= lo && 4 * q + 4 <= hi) {
+        ptx_st_cluster_u32x4(ptx_mapa(cat0 + 4u * a0, peer), *(const uint4 *)&sm.cat[4 * q]);
+      } else {
+        for (int i = max(4 * q, lo); i < min(4 * q + 4, hi); ++i)
+          ptx_st_cluster_u32(ptx_mapa(cat0 + 4u * (uint32_t)i, peer), (uint32_t)sm.cat[i]);
+      }
+    }
+  }
   mr_sync(C); /* every CTA's cat is whole; no CTA touches a peer's shared memory after this */
 
-  /* 4. place: merge the lists' runs (each ascending), or sort */
+  /* 4. place: merge the lists' runs (each ascending), or sort. The check: thread t the pairs
+   *    (i, i + 1), i in [8t, 8t + 8) (8: MR_ITEMS), of cat but those where a list starts at i + 1 */
   bool unsorted = false;
-  for (int i = tid * MR_ITEMS; i < min(m - 1, (tid + 1) * MR_ITEMS); ++i) { /* pairs (i, i + 1) */
-    bool boundary = false;
-    for (int w = 1; w < W; ++w) boundary |= i + 1 == sm.list_start[w];
-    if (!boundary && sm.cat[i] > sm.cat[i + 1]) unsorted = true;
+  {
+    const int i0 = tid * MR_ITEMS;
+    if (i0 < m - 1) {
+      unsigned starts = 0u; /* bit u: a list starts at i0 + u + 1 */
+      for (int w = 1; w < W; ++w) {
+        const int b = sm.list_start[w] - 1 - i0;
+        if (b >= 0 && b < MR_ITEMS) starts |= 1u << b;
+      }
+      int v[MR_ITEMS + 1];
+#pragma unroll
+      for (int q = 0; q < MR_ITEMS / 4; ++q) {
+        const int4 x = *(const int4 *)&sm.cat[i0 + 4 * q];
+        v[4 * q] = x.x, v[4 * q + 1] = x.y, v[4 * q + 2] = x.z, v[4 * q + 3] = x.w;
+      }
+      v[MR_ITEMS] = i0 + MR_ITEMS < m ? sm.cat[i0 + MR_ITEMS] : 0;
+#pragma unroll
+      for (int u = 0; u < MR_ITEMS; ++u)
+        if (i0 + u < m - 1 && !(starts >> u & 1u) && v[u] > v[u + 1]) unsorted = true;
+    }
   }
   unsorted = __syncthreads_or(unsorted);
   int32_t *out = a.indices + (int64_t)row * a.topk;

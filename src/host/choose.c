@@ -277,16 +277,22 @@ int dsa_choose_attention(const dsa_sparse_mla_args *a, int num_sms) {
 
 /* ---- context parallelism: the merge of the ranks' candidate lists (dsa_topk_merge) ------------ */
 
-/* runs (a cluster of ceil(n / 2048) CTAs a row; no sort where each list's ids ascend, as dsa_cp's
+/* runs (a cluster of C = ceil(n / 2048) CTAs a row; no sort where each list's ids ascend, as dsa_cp's
  * do) takes up to DSA_MERGE_RUNS_MAX_LISTS lists; select (one 1,024-thread CTA a row, the selected
- * ids sorted) takes any. select by default: runs was written on 2026-12-05 without a GPU and has not
- * been run or timed on one; it runs only where DSA_KERNEL=merge:runs forces it (select measured:
- * one token of 2 x 2048 candidates 21.2 us under ncu, docs/PERF.md). */
+ * ids sorted) takes any. Both are latency-bound: a CTA's path is about 2,000-3,600 instructions a
+ * warp at 13-14 cycles an instruction (ncu). runs wins where its rows' clusters fit one wave of the
+ * chip (one CTA a SM) and, at two lists, everywhere; with more CTAs than SMs a row's C CTAs cost more
+ * than select's one. Measured (dsa-bench merge, H200, 2026-12-05, us; runs / select):
+ *   1 token       W = 2 / 4 / 8:  17.4 / 20.1   16.8 / 24.8   15.7 / 31.8
+ *   64 tokens     W = 2 / 4 / 8:  18.2 / 21.4   29.9 / 25.2   44.7 / 32.1
+ *   4096 tokens   W = 2 / 4 / 8:  542 / 604     1081 / 748    2063 / 1017 */
+#define MERGE_RUNS_WAVE 132 /* the H100's and H200's SMs */
 int dsa_choose_merge(const dsa_topk_merge_args *a) {
   const int forced = override_get()->merge;
-  const int64_t ctas = (int64_t)a->num_rows *
-                       (((int64_t)a->num_lists * a->k_in + DSA_MERGE_RUNS_SLICE - 1) / DSA_MERGE_RUNS_SLICE);
+  const int64_t c = ((int64_t)a->num_lists * a->k_in + DSA_MERGE_RUNS_SLICE - 1) / DSA_MERGE_RUNS_SLICE;
+  const int64_t ctas = (int64_t)a->num_rows * c;
   const int runs_can = a->num_lists <= DSA_MERGE_RUNS_MAX_LISTS && ctas <= 0x7fffffff;
-  if (forced == DSA_MERGE_RUNS && runs_can) return DSA_MERGE_RUNS;
+  if (!runs_can || forced == DSA_MERGE_SELECT) return DSA_MERGE_SELECT;
+  if (forced == DSA_MERGE_RUNS || c <= 2 || ctas <= MERGE_RUNS_WAVE) return DSA_MERGE_RUNS;
   return DSA_MERGE_SELECT;
 }
