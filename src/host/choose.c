@@ -250,9 +250,10 @@ void dsa_choose_topk(dsa_topk_params *p) {
  * tokens x ceil(heads / 64) >= 8 units: 8 such units (a cluster of 8 each) beat mma_split at 64
  * heads (28 against 32 us), fewer lost to it; below 33 heads its 64-head tile is mostly padding.
  * seesaw (heads_as_m's CTAs with two consumer warpgroups alternating chunks; packed FP8 KV converted
- * first, every slot into the workspace as f16 tile rows) was written on 2026-12-05 without a GPU: not
- * yet run or timed, it runs only where DSA_KERNEL=attention:seesaw forces it. Its choice must not
- * depend on num_sms (the workspace bound asks with DSA_PLAN_MAX_SMS). */
+ * first, every slot into the workspace as f16 tile rows) is slower at every shape measured (bf16 KV,
+ * H200 2026-12-05: 128 x 128 decode 220.3 against 156.5 us, prefill 4096 x 128 5.94 against 4.84 ms;
+ * its consumers wait for tiles, docs/PERF.md): it runs only where DSA_KERNEL=attention:seesaw forces
+ * it. Its choice must not depend on num_sms (the workspace bound asks with DSA_PLAN_MAX_SMS). */
 #define HEADS_AS_M_MIN_HEADS 33
 #define HEADS_AS_M_MIN_UNITS 8
 
