@@ -102,18 +102,19 @@ def run(W,k_in,topk,sc,ids):
         if not boundary and cat[i]>cat[i+1]: unsorted=True
     out=[None]*topk
     if not unsorted:
+        steps=max(ls[v+1]-ls[v] for v in range(W)).bit_length()
         for r in range(C):
             for i in range(offs[r],min(offs[r]+cta_sel[r],m)):
                 x=cat[i]; w=sum(1 for v in range(1,W) if i>=ls[v])
                 base=[ls[v] if v<W else 0 for v in range(8)]
                 ln=[ls[v+1]-base[v] if (v<W and v!=w) else 0 for v in range(8)]
-                for step in range(12):
+                bound=[x+(1 if v<w else 0) for v in range(8)]
+                for step in range(steps):
                     for v in range(8):
-                        if ln[v]>0:
-                            half=ln[v]>>1; y=cat[base[v]+half]
-                            lower= y<x or (v<w and y==x)
-                            if lower: base[v]+=half+1; ln[v]-=half+1
-                            else: ln[v]=half
+                        half=ln[v]>>1; y=cat[min(base[v]+half,2047)]
+                        lower= ln[v]>0 and y<bound[v]
+                        if lower: base[v]+=half+1; ln[v]-=half+1
+                        else: ln[v]=half
                 pos=i-ls[w]+sum(base[v]-ls[v] for v in range(W) if v!=w)
                 assert out[pos] is None, "collision"
                 out[pos]=x

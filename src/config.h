@@ -86,9 +86,10 @@
 #define DSA_MERGE_RUNS_SLICE 2048
 #define DSA_MERGE_RUNS_MAX_LISTS 8
 /* Its threads a CTA (256 or 512; the slice split evenly among them, 8 or 4 candidates a thread). 512:
- * one token at W = 8 15.7 us against 20.0 with 256 (the path a warp runs is shorter; 2026-12-05); 256
- * was faster only at thousands of rows, where select is chosen anyway but at two lists (4096 rows x 2
- * lists 431 against 542 us). A dev build may set the other (-DDSA_MERGE_RUNS_THREADS=256). */
+ * one token at W = 8 15.7 us against 20.0 with 256 (the path a warp runs is shorter; 2026-12-05,
+ * before the placing's search was shortened); 256 was faster only at thousands of rows, where select
+ * is chosen anyway but at two lists (4096 rows x 2 lists 431 against 542 us then). A dev build may
+ * set the other (-DDSA_MERGE_RUNS_THREADS=256). */
 #ifndef DSA_MERGE_RUNS_THREADS
 #define DSA_MERGE_RUNS_THREADS 512
 #endif

@@ -29,8 +29,8 @@
  *      at once; each CTA places its own selected. Lists in another order: rank 0 sorts `cat`
  *      (cub::BlockRadixSort): exact, slower.
  * No workspace; a row costs at least four cluster barriers (range, a pass, counts, ids).
- * Measured (H200, 2026-12-05; docs/PERF.md): one token of 8 x 2048 candidates 15.7 us, a warp's path
- * about 2,000 instructions at 13-14 cycles each (latency-bound: fixed-latency waits, instruction
+ * Measured (H200, 2026-12-05; docs/PERF.md): one token of 8 x 2048 candidates 15.2 us, a warp's path
+ * about 1,900 instructions at 13-14 cycles each (latency-bound: fixed-latency waits, instruction
  * fetch, the barriers); host/choose.c picks it where its clusters fit one wave.
  */
 #include <cub/block/block_radix_sort.cuh>
@@ -388,29 +388,34 @@ __global__ void __launch_bounds__(MR_THREADS, 1024 / MR_THREADS) topk_merge_runs
   int32_t *out = a.indices + (int64_t)row * a.topk;
   if (!unsorted) {
     const int hi = min(sm.offset + sm.n_sel, m);
+    int longest = 0; /* the longest run: its bit length is the halvings a search needs */
+    for (int v = 0; v < W; ++v) longest = max(longest, sm.list_start[v + 1] - sm.list_start[v]);
+    const int steps = 32 - __clz(longest);
     for (int i = sm.offset + tid; i < hi; i += MR_THREADS) {
       const int x = sm.cat[i];
       int w = 0; /* i's list: the last whose start is at or below i */
       for (int v = 1; v < W; ++v) w += i >= sm.list_start[v];
       int base[MR_LISTS], len[MR_LISTS];
+      uint32_t bound[MR_LISTS]; /* y below x in run v <=> y < bound: x + 1 for the runs before w's
+                                   (ties); ids are >= 0, so x + 1 <= 2^31 and unsigned order is theirs */
 #pragma unroll
       for (int v = 0; v < MR_LISTS; ++v) {
         base[v] = v < W ? sm.list_start[v] : 0;
         len[v] = v < W && v != w ? sm.list_start[v + 1] - base[v] : 0;
+        bound[v] = (uint32_t)x + (v < w ? 1u : 0u);
       }
-      /* every other run's count below x (at most x for the runs before w's), 12 halvings of a
-       * run <= 2048 long, the runs' searches side by side */
+      /* every other run's count below x, the runs' searches side by side, branch-free: an empty
+       * range stays where it is (its load clamped into cat) */
+      for (int step = 0; step < steps; ++step)
 #pragma unroll
-      for (int step = 0; step < 12; ++step)
-#pragma unroll
-        for (int v = 0; v < MR_LISTS; ++v)
-          if (len[v] > 0) {
-            const int half = len[v] >> 1;
-            const int y = sm.cat[base[v] + half];
-            const bool lower = y < x || (v < w && y == x);
-            base[v] = lower ? base[v] + half + 1 : base[v];
-            len[v] = lower ? len[v] - half - 1 : half;
-          }
+        for (int v = 0; v < MR_LISTS; ++v) {
+          if (v >= W) break; /* uniform: the lists there are */
+          const int half = len[v] >> 1;
+          const int y = sm.cat[min(base[v] + half, DSA_MAX_TOPK - 1)];
+          const bool lower = len[v] > 0 && (uint32_t)y < bound[v];
+          base[v] += lower ? half + 1 : 0;
+          len[v] = lower ? len[v] - half - 1 : half;
+        }
       int pos = i - sm.list_start[w];
 #pragma unroll
       for (int v = 0; v < MR_LISTS; ++v)

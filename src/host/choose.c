@@ -284,9 +284,9 @@ int dsa_choose_attention(const dsa_sparse_mla_args *a, int num_sms) {
  * warp at 13-14 cycles an instruction (ncu). runs wins where its rows' clusters fit one wave of the
  * chip (one CTA a SM) and, at two lists, everywhere; with more CTAs than SMs a row's C CTAs cost more
  * than select's one. Measured (dsa-bench merge, H200, 2026-12-05, us; runs / select):
- *   1 token       W = 2 / 4 / 8:  17.4 / 20.1   16.8 / 24.8   15.7 / 31.8
- *   64 tokens     W = 2 / 4 / 8:  18.2 / 21.4   29.9 / 25.2   44.7 / 32.1
- *   4096 tokens   W = 2 / 4 / 8:  542 / 604     1081 / 748    2063 / 1017 */
+ *   1 token       W = 2 / 4 / 8:  14.4 / 20.1   15.0 / 24.9   15.2 / 31.7
+ *   64 tokens     W = 2 / 4 / 8:  14.9 / 21.5   28.1 / 25.2   44.6 / 32.0
+ *   4096 tokens   W = 2 / 4 / 8:  464 / 606     1025 / 752    2068 / 1025 */
 #define MERGE_RUNS_WAVE 132 /* the H100's and H200's SMs */
 int dsa_choose_merge(const dsa_topk_merge_args *a) {
   const int forced = override_get()->merge;
