@@ -9,11 +9,13 @@ One synchronisation after each loop. Needs PyTorch and an sm_90 GPU; run from th
     PYTHONPATH=python python3 dev/python_overhead.py        # or with the wheel installed
 """
 
+import ctypes
 import time
 
 import torch
 
 import dsa
+from dsa import _fast
 import dsa.ops  # noqa: F401  (torch.ops.dsa, timed too)
 
 N = 2000
@@ -126,15 +128,34 @@ def main():
         ("lse_combine", lambda: dsa.lse_combine(outs, lses),
          lambda: dsa.lse_combine(outs, lses, out=out, lse=lse)),
     ]
+    workspaces = {"indexer_decode": ws_i, "topk": ws_t, "sparse_mla": ws_a, "indexer_prefill": ws_p}
+    stream = torch.cuda.current_stream().cuda_stream
+    c_only = {}
     for name, alloc, given in calls:
         rows.append((f"dsa.{name}" if not name.startswith("torch") else name, per_call_us(alloc)))
         if given is not None:
             rows.append((f"dsa.{name} (outputs, workspace given)", per_call_us(given)))
+            c_only[name] = c_call_us(given, workspaces.get(name), stream)
     base = rows[0][1]
     print(f"dsa {dsa.version()} on {torch.cuda.get_device_name()}, torch {torch.__version__}: host us a call "
-          f"(N = {N}, back to back)")
+          f"(N = {N}, back to back); C: the library call alone (its struct built once), the floor under Python")
     for name, us in rows:
-        print(f"  {name:48s} {us:7.1f} us  {us / base:5.2f}x torch.add")
+        c = c_only.get(name[4:-len(" (outputs, workspace given)")]) if name.endswith("given)") else None
+        print(f"  {name:48s} {us:7.1f} us  {us / base:5.2f}x torch.add" + (f"   C {c:5.1f} us" if c else ""))
+
+
+def c_call_us(given, workspace, stream):
+    """The C function of a call alone: the plan the checked path leaves (dsa/_fast.py), its struct
+    passed as is, N times."""
+    _fast.clear()
+    given()
+    (p,) = _fast._plans.values()
+    a = p.fresh()
+    if len(p.call.argtypes) == 4:
+        keep = workspace if workspace is not None or not p.need else torch.empty(p.need, dtype=torch.uint8, device=DEV)
+        wp, wb = (keep.data_ptr(), keep.numel()) if keep is not None else (None, 0)
+        return per_call_us(lambda: p.call(ctypes.byref(a), wp, wb, stream))
+    return per_call_us(lambda: p.call(ctypes.byref(a), stream))
 
 
 if __name__ == "__main__":

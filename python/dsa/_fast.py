@@ -32,13 +32,16 @@ class Plan:
 
 def key(tag: str, tensors: tuple, scalars: tuple) -> Optional[tuple]:
     """The signature of a call, or None when an argument is not a plain PyTorch tensor (or None)."""
+    tensor = getattr(sys.modules.get("torch"), "Tensor", None)
     parts = []
     try:
         for x in tensors:
             if x is None:
                 parts.append(None)
-            elif type(x).__module__ == "torch" and hasattr(x, "data_ptr"):
-                parts.append((tuple(x.shape), x.stride(), x.dtype, x.get_device()))
+            elif type(x) is tensor or (type(x).__module__ == "torch" and hasattr(x, "data_ptr")):
+                # torch.Tensor itself (the first test: the common case's cost); subclasses such as
+                # Parameter and fake or functional tensors are not of module "torch": the checked path
+                parts.append((x.shape, x.stride(), x.dtype, x.get_device()))
             else:
                 return None
         return (tag, tuple(parts), scalars)
@@ -88,8 +91,18 @@ def ptr(x: Any) -> Optional[int]:
     return None if x is None else (x.data_ptr() or None)
 
 
+_raw_stream: Any = None  # torch._C._cuda_getCurrentRawStream, looked up once (False: this PyTorch lacks it)
+
+
 def stream_of(p: Plan, stream: Any) -> int:
-    return torch_current_stream(p.device_index) if stream is None else stream_handle(stream)
+    global _raw_stream
+    if stream is not None:
+        return stream_handle(stream)
+    if _raw_stream is None and "torch" in sys.modules:
+        _raw_stream = getattr(sys.modules["torch"]._C, "_cuda_getCurrentRawStream", False)
+    if _raw_stream and p.device_index is not None:
+        return _raw_stream(p.device_index)
+    return torch_current_stream(p.device_index)
 
 
 def run(p: Plan, a: ctypes.Structure, workspace: Any, stream: Any, fail) -> None:

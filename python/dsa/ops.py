@@ -27,7 +27,8 @@ caching allocator).
 
 (``!``: written in place.) sparse_mla always returns lse too; cp_local_indices' out_lens holds
 zeros unless compact. The workspace-size queries are host functions on shapes and stay in ``dsa``.
-Needs PyTorch >= 2.4 (torch.library.custom_op); ``import dsa`` alone does not import PyTorch.
+Registered with torch.library.Library (define + impl, fakes by register_fake), not custom_op, for a
+lower host cost a call. Needs PyTorch >= 2.4; ``import dsa`` alone does not import PyTorch.
 """
 
 from __future__ import annotations
@@ -44,8 +45,35 @@ _I32 = torch.int32
 _F32 = torch.float32
 
 
+_LIB = torch.library.Library("dsa", "FRAGMENT")
+_infer_schema = getattr(torch.library, "infer_schema", None)
+if _infer_schema is None:  # PyTorch 2.4
+    from torch._library.infer_schema import infer_schema as _infer_schema
+
+
+class _Op:
+    """An operator of torch.ops.dsa: its function (the CUDA kernel) and how to give it a fake."""
+
+    def __init__(self, name: str, fn) -> None:
+        self.name, self.fn = name, fn
+
+    def register_fake(self, fake):
+        torch.library.register_fake(f"dsa::{self.name}", fake, lib=_LIB)
+        return fake
+
+
 def _op(name: str, mutates: Tuple[str, ...] = ()):
-    return torch.library.custom_op(f"dsa::{name}", mutates_args=mutates, device_types="cuda")
+    """Registers fn as dsa::name straight on the dispatcher, as vLLM's direct_register_custom_op does:
+    the schema inferred from its annotations (mutates: the arguments it writes), fn the CUDA kernel.
+    An eager call then costs one dispatch into fn: torch.ops.dsa.sparse_mla 5.2x a torch.add, against
+    10.7x through torch.library.custom_op (dev/python_overhead.py, H200 machine, 2026-12-05)."""
+
+    def wrap(fn) -> _Op:
+        _LIB.define(name + _infer_schema(fn, mutates_args=mutates))
+        _LIB.impl(name, fn, "CUDA")
+        return _Op(name, fn)
+
+    return wrap
 
 
 def _decode_max_len(block_table: torch.Tensor, page_size: int, max_seq_len: int) -> int:
