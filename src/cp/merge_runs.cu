@@ -56,6 +56,7 @@ static_assert(MR_SLICE == MR_THREADS * MR_ITEMS, "config.h's slice is the CTA's 
 static_assert(MR_SLICE * MR_MAX_CLUSTER >= DSA_MAX_MERGE_CANDIDATES, "a row fits a portable cluster");
 static_assert(MR_SLICE >= DSA_MAX_TOPK, "the fallback sorts a row's selected in one CTA");
 static_assert(MR_GROUPS == 2 * 32, "warp 0 takes two groups a lane");
+static_assert(3 * MR_WARPS + 8 >= 32, "block_exclusive_sum's warp 0 writes 32 scratch entries");
 static_assert((MR_ITEMS == 8 || MR_ITEMS == 4) && DSA_MAX_TOPK % MR_ITEMS == 0,
               "a thread's candidates are one or two 16-byte loads; step 4's check reads its cat entries so");
 
@@ -75,7 +76,7 @@ typedef struct {
   int32_t list_start[MR_LISTS + 1];  /* the row's: list w's selected are cat[list_start[w], [w + 1]) */
   uint32_t range[3];                 /* this CTA's smallest key, largest key, candidates (peers read) */
   int32_t n_sel;                     /* this CTA's selected (peers read) */
-  int32_t scratch[3 * MR_WARPS + 8];
+  int32_t scratch[3 * MR_WARPS + 8]; /* the range's three values a warp; block_exclusive_sum's 32 */
   uint32_t row_kmin, row_kmax;
   int32_t row_valid;
   int32_t bin, above, in_bin;        /* a pass's answer from warp 0 */
@@ -362,7 +363,7 @@ __global__ void __launch_bounds__(MR_THREADS, 1024 / MR_THREADS) topk_merge_runs
   mr_sync(C); /* every CTA's cat is whole; no CTA touches a peer's shared memory after this */
 
   /* 4. place: merge the lists' runs (each ascending), or sort. The check: thread t the pairs
-   *    (i, i + 1), i in [8t, 8t + 8) (8: MR_ITEMS), of cat but those where a list starts at i + 1 */
+   *    (i, i + 1), i in [MR_ITEMS t, MR_ITEMS (t + 1)), of cat but those where a list starts at i + 1 */
   bool unsorted = false;
   {
     const int i0 = tid * MR_ITEMS;
