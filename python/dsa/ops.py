@@ -57,6 +57,9 @@ class _Op:
     def __init__(self, name: str, fn) -> None:
         self.name, self.fn = name, fn
 
+    def __call__(self, *args, **kwargs):  # dsa.ops.NAME(...) is torch.ops.dsa.NAME(...)
+        return getattr(torch.ops.dsa, self.name)(*args, **kwargs)
+
     def register_fake(self, fake):
         torch.library.register_fake(f"dsa::{self.name}", fake, lib=_LIB)
         return fake
