@@ -165,15 +165,15 @@ int parse_int_list(const char *arg, const char *opt, int *out, int cap, long lo,
   return n;
 }
 
-/* Comma-separated list into out[]; returns the count. */
-static int parse_list(const char *arg, const char *opt, int64_t *out, int cap, int is_size) {
+/* Comma-separated sizes into out[]; returns the count. */
+static int parse_size_list(const char *arg, const char *opt, int64_t *out, int cap) {
   char buf[1024];
   if (strlen(arg) >= sizeof buf) die("%s: list too long", opt);
   strcpy(buf, arg);
   int n = 0;
   for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
     if (n == cap) die("%s: more than %d entries", opt, cap);
-    out[n++] = is_size ? parse_size(tok) : parse_int(tok, 1, 4096, opt);
+    out[n++] = parse_size(tok);
   }
   if (n == 0) die("%s: empty list", opt);
   return n;
@@ -250,13 +250,11 @@ static void parse_args(int argc, char **argv, options *o) {
       o->ws_limit_mib = parse_int(v, 0, 1 << 20, a);
     } else if (!strcmp(a, "--sizes")) {
       NEED_VALUE();
-      o->nsizes = parse_list(v, a, o->sizes, MAX_SIZES, 1);
+      o->nsizes = parse_size_list(v, a, o->sizes, MAX_SIZES);
     } else if (!strcmp(a, "--batches")) {
       NEED_VALUE();
-      int64_t tmp[MAX_BATCHES];
-      o->nbatches = parse_list(v, a, tmp, MAX_BATCHES, 0);
+      o->nbatches = parse_int_list(v, a, o->batches, MAX_BATCHES, 1, 4096);
       o->batches_given = 1;
-      for (int k = 0; k < o->nbatches; k++) o->batches[k] = (int)tmp[k];
     } else if (!strcmp(a, "--shape")) {
       NEED_VALUE();
       o->shape = v;
