@@ -1,9 +1,12 @@
 /*
  * dev/attention_heads_as_m_modes.cu — where the heads_as_m attention kernel spends its time, by
  * leaving work out. The library's file is compiled into this one (src/attention/heads_as_m.cu); its
- * producer, its two consumer roles and its kernel are copied below with two switches (g_mode: 1 = no
+ * producer, its two consumer roles and its kernel are copied below with switches (g_mode bits: 1 = no
  * row loads, the producer only publishes (FP8 still converts zeros); 2 = no MMA / softmax, the
- * consumers only release tiles) and SM-clock stamps of CTA 0, chunks < 32: 0 full seen, 1 QK done,
+ * consumers only release tiles; 4 = no producer work, the producer publishes the row slots of tiles
+ * it never writes (the consumers alone); 8 = FP8 QK with every k-step an f16 wgmma (the rope's four
+ * too: what mixing bf16 and f16 wgmmas in one accumulation costs; scores wrong); 16 = FP8 converted
+ * without the scale multiply (what the HMUL2s cost; values wrong)) and SM-clock stamps of CTA 0, chunks < 32: 0 full seen, 1 QK done,
  * 2 softmax done, 3 P free, 4 P stored, 5 PV done (warpgroup 0); 6 full seen, 7 P ready, 8 PV done
  * (warpgroup 1); 9 tile free, 10 chunk published, 11 FP8: rows converted (producer). Keep the copies
  * in step with the library's when it changes. Times each mode for a few shapes (events around 20
@@ -52,7 +55,7 @@ __device__ __forceinline__ void hmx_produce_bf16(const hm_params &p, const int32
       const int r = 16 * w + 4 * q + r4;
       slot[q] = mla_slot_checked(slot[q], p.io.num_slots); /* loaded an iteration ago */
       if (pl == 0) valid_s[b * HM_ROWS + r] = slot[q];
-      if (!(g_mode & 1)) {
+      if (!(g_mode & 5)) {
         const __nv_bfloat16 *src =
             (const __nv_bfloat16 *)p.io.kv + (slot[q] >= 0 ? (int64_t)slot[q] * p.io.kv_stride : 0) + pl * 8;
 #pragma unroll
@@ -77,11 +80,38 @@ __device__ __forceinline__ void hmx_produce_bf16(const hm_params &p, const int32
   }
 }
 
-/* hm_produce_fp8, with the switch and the stamps */
+/* mode 16: hm_store_fp8 without the multiply */
+__device__ __forceinline__ void hmx_store_fp8_unscaled(uint32_t addr, uint32_t off_first, uint32_t off_second,
+                                                       bool odd_first, uint4 v) {
+  uint32_t o[8];
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) ptx_e4m3x4_to_f16x2x2(w[i], o[2 * i], o[2 * i + 1]);
+  ptx_st_shared_v4(addr + off_first, odd_first ? o[4] : o[0], odd_first ? o[5] : o[1], odd_first ? o[6] : o[2],
+                   odd_first ? o[7] : o[3]);
+  ptx_st_shared_v4(addr + off_second, odd_first ? o[0] : o[4], odd_first ? o[1] : o[5], odd_first ? o[2] : o[6],
+                   odd_first ? o[3] : o[7]);
+}
+
+/* mode 8: hm_qk_tile with every k-step an f16 wgmma */
+__device__ __forceinline__ void hmx_qk_tile_f16(float (&s)[32], float (&o)[128], const hm_ctx &x, uint32_t kv_u32) {
+  const uint64_t dq = ptx_wgmma_desc(x.q_u32, 128, HM_RG), dk = ptx_wgmma_desc_sw128(kv_u32, 16, 1024);
+  ptx_wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < 36; ++k)
+    hm_wgmma_n64(true, s, dq + 16 * k, dk + (((k >> 2) * HM_SEG + (k & 3) * 32) >> 4), k > 0);
+  ptx_wgmma_commit();
+  ptx_wgmma_wait<0>();
+  ptx_reg_fence(s);
+  ptx_reg_fence(o);
+}
+
+/* hm_produce_fp8, with the switches and the stamps */
 __device__ __forceinline__ void hmx_produce_fp8(const hm_params &p, const int32_t *idx_row, int end, int n,
                                                uint32_t tile_u32, const mbar_ring &ring, int *valid_s, float *colf_s,
                                                int w, int lane) {
   const int r4 = lane >> 3, pl = lane & 7;
+  const int mode = g_mode; /* read once: the 128 registers are tight */
   const uint8_t *kvb = (const uint8_t *)p.io.kv;
   uint4 pay[4][4];
   float sc[4]; /* lane p holds scale p & 3 of its row; shuffled to the row's lanes when used */
@@ -92,7 +122,7 @@ __device__ __forceinline__ void hmx_produce_fp8(const hm_params &p, const int32_
     const uint8_t *row = kvb + (int64_t)(slot[q] >= 0 ? slot[q] : 0) * MLA_FP8_SLOT_BYTES;
 #pragma unroll
     for (int j = 0; j < 4; ++j)
-      pay[q][j] = (slot[q] >= 0 && !(g_mode & 1)) ? ptx_ld_nc_v4(row + 128 * j + 16 * pl) : make_uint4(0, 0, 0, 0);
+      pay[q][j] = (slot[q] >= 0 && !(mode & 1)) ? ptx_ld_nc_v4(row + 128 * j + 16 * pl) : make_uint4(0, 0, 0, 0);
     sc[q] = slot[q] >= 0 ? __ldg((const float *)(row + MLA_FP8_SCALE_OFF) + (pl & 3)) : 0.f;
     nslot[q] = mla_entry_raw(idx_row, HM_ROWS + 16 * w + 4 * q + r4, end);
   }
@@ -100,6 +130,22 @@ __device__ __forceinline__ void hmx_produce_fp8(const hm_params &p, const int32_
     const int b = c & 1;
     ring_wait_empty<2>(ring, c);
     STAMP(c, 9);
+    if (mode & 4) { /* no producer work: the row slots only */
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        if (pl == 0) {
+          valid_s[b * HM_ROWS + 16 * w + 4 * q + r4] = slot[q];
+          colf_s[b * HM_ROWS + 16 * w + 4 * q + r4] = 1.f;
+        }
+        slot[q] = mla_slot_checked(nslot[q], p.io.num_slots);
+        nslot[q] = mla_entry_raw(idx_row, (c + 2) * HM_ROWS + 16 * w + 4 * q + r4, end);
+      }
+      STAMP(c, 11);
+      ptx_fence_proxy_async_smem();
+      ptx_mbar_arrive(ring_full(ring, b));
+      STAMP(c, 10);
+      continue;
+    }
     const uint32_t tile = tile_u32 + b * HM_TILE;
     /* rope (bf16) lands by cp.async while the e4m3 lines are converted; scaled by 2^-K_r in place below */
 #pragma unroll
@@ -135,14 +181,18 @@ __device__ __forceinline__ void hmx_produce_fp8(const hm_params &p, const int32_
       const bool odd_first = pl >= 4;
 #pragma unroll
       for (int j = 0; j < 4; ++j)
-        hm_store_fp8(addr + 2 * j * HM_SEG, odd_first ? off_o : off_e, odd_first ? off_e : off_o, odd_first, pay[q][j],
-                     __shfl_sync(0xffffffffu, mult_mine, (lane & 0x18) | j));
+        if (mode & 16)
+          hmx_store_fp8_unscaled(addr + 2 * j * HM_SEG, odd_first ? off_o : off_e, odd_first ? off_e : off_o, odd_first,
+                                 pay[q][j]);
+        else
+          hm_store_fp8(addr + 2 * j * HM_SEG, odd_first ? off_o : off_e, odd_first ? off_e : off_o, odd_first,
+                       pay[q][j], __shfl_sync(0xffffffffu, mult_mine, (lane & 0x18) | j));
       /* this row's registers are free: load the next chunk's row */
       nslot[q] = mla_slot_checked(nslot[q], p.io.num_slots); /* loaded an iteration ago */
       const uint8_t *nrow = kvb + (int64_t)(nslot[q] >= 0 ? nslot[q] : 0) * MLA_FP8_SLOT_BYTES;
 #pragma unroll
       for (int j = 0; j < 4; ++j)
-        pay[q][j] = (nslot[q] >= 0 && !(g_mode & 1)) ? ptx_ld_nc_v4(nrow + 128 * j + 16 * pl) : make_uint4(0, 0, 0, 0);
+        pay[q][j] = (nslot[q] >= 0 && !(mode & 1)) ? ptx_ld_nc_v4(nrow + 128 * j + 16 * pl) : make_uint4(0, 0, 0, 0);
       sc[q] = nslot[q] >= 0 ? __ldg((const float *)(nrow + MLA_FP8_SCALE_OFF) + (pl & 3)) : 0.f;
       slot[q] = nslot[q];
       nslot[q] = mla_entry_raw(idx_row, (c + 2) * HM_ROWS + 16 * w + 4 * q + r4, end); /* checked when used */
@@ -181,7 +231,8 @@ __device__ __forceinline__ void hmx_consume_qk(const hm_params &p, const hm_ctx 
       continue;
     }
     float s[32];
-    hm_qk_tile<FP8>(s, o, x, kv_u32);
+    if (FP8 && (g_mode & 8)) hmx_qk_tile_f16(s, o, x, kv_u32);
+    else hm_qk_tile<FP8>(s, o, x, kv_u32);
     STAMP(c, 1);
     float a0, a1, ps0, ps1;
     hm_softmax<FP8>(s, p, x, b, qd, qs0, qs1, m0, m1, a0, a1, ps0, ps1);
@@ -381,8 +432,10 @@ static void run(int fp8, int T, int H) {
   static const struct {
     int mode;
     const char *name;
-  } modes[] = {{0, "full kernel"}, {1, "no row loads"}, {2, "no MMA / softmax"}};
+  } modes[] = {{0, "full kernel"},      {1, "no row loads"},     {2, "no MMA / softmax"},
+               {4, "no producer work"}, {8, "QK all f16 (FP8)"}, {16, "no scale multiply"}};
   for (size_t m = 0; m < sizeof modes / sizeof modes[0]; ++m) {
+    if (!fp8 && modes[m].mode >= 8) continue;
     CK(cudaMemcpyToSymbol(g_mode, &modes[m].mode, sizeof(int)));
     for (int i = 0; i < 3; ++i) launch();
     CK(cudaEventRecord(e0));
