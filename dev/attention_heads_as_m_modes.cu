@@ -115,7 +115,7 @@ __device__ __forceinline__ void hmx_produce_fp8(const hm_params &p, const int32_
   const uint8_t *kvb = (const uint8_t *)p.io.kv;
   uint4 pay[4][4];
   float sc[4]; /* lane p holds scale p & 3 of its row; shuffled to the row's lanes when used */
-  int slot[4], nslot[4];
+  int slot[4], nslot[4], pslot[4];
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     slot[q] = mla_entry_slot(idx_row, 16 * w + 4 * q + r4, end, p.io.num_slots);
@@ -125,9 +125,16 @@ __device__ __forceinline__ void hmx_produce_fp8(const hm_params &p, const int32_
       pay[q][j] = (slot[q] >= 0 && !(mode & 1)) ? ptx_ld_nc_v4(row + 128 * j + 16 * pl) : make_uint4(0, 0, 0, 0);
     sc[q] = slot[q] >= 0 ? __ldg((const float *)(row + MLA_FP8_SCALE_OFF) + (pl & 3)) : 0.f;
     nslot[q] = mla_entry_raw(idx_row, HM_ROWS + 16 * w + 4 * q + r4, end);
+    pslot[q] = mla_entry_raw(idx_row, 2 * HM_ROWS + 16 * w + 4 * q + r4, end);
   }
   for (int c = 0; c < n; ++c) {
     const int b = c & 1;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) { /* chunk c + 2's rows into L2 */
+      const int ps = mla_slot_checked(pslot[q], p.io.num_slots);
+      if (!(mode & 1) && pl < 7 && ps >= 0)
+        ptx_prefetch_l2(kvb + (int64_t)ps * MLA_FP8_SLOT_BYTES + (pl < 6 ? 128 * pl : MLA_FP8_SLOT_BYTES - 1));
+    }
     ring_wait_empty<2>(ring, c);
     STAMP(c, 9);
     if (mode & 4) { /* no producer work: the row slots only */
@@ -138,7 +145,8 @@ __device__ __forceinline__ void hmx_produce_fp8(const hm_params &p, const int32_
           colf_s[b * HM_ROWS + 16 * w + 4 * q + r4] = 1.f;
         }
         slot[q] = mla_slot_checked(nslot[q], p.io.num_slots);
-        nslot[q] = mla_entry_raw(idx_row, (c + 2) * HM_ROWS + 16 * w + 4 * q + r4, end);
+        nslot[q] = pslot[q];
+        pslot[q] = mla_entry_raw(idx_row, (c + 3) * HM_ROWS + 16 * w + 4 * q + r4, end);
       }
       STAMP(c, 11);
       ptx_fence_proxy_async_smem();
@@ -195,7 +203,8 @@ __device__ __forceinline__ void hmx_produce_fp8(const hm_params &p, const int32_
         pay[q][j] = (nslot[q] >= 0 && !(mode & 1)) ? ptx_ld_nc_v4(nrow + 128 * j + 16 * pl) : make_uint4(0, 0, 0, 0);
       sc[q] = nslot[q] >= 0 ? __ldg((const float *)(nrow + MLA_FP8_SCALE_OFF) + (pl & 3)) : 0.f;
       slot[q] = nslot[q];
-      nslot[q] = mla_entry_raw(idx_row, (c + 2) * HM_ROWS + 16 * w + 4 * q + r4, end); /* checked when used */
+      nslot[q] = pslot[q];
+      pslot[q] = mla_entry_raw(idx_row, (c + 3) * HM_ROWS + 16 * w + 4 * q + r4, end); /* checked when used */
     }
     STAMP(c, 11);
     ptx_cp_async_wait<0>();

@@ -1,6 +1,6 @@
 /*
  * ptx/copy.cuh — Hopper (sm_90a) data movement, as small inline-PTX helpers with their PTX ISA
- * sections: global loads, cp.async (and its mbarrier arrive), the TMA tensor copy and the bulk copy,
+ * sections: global loads and L2 prefetches, cp.async (and its mbarrier arrive), the TMA tensor copy and the bulk copy,
  * ordered shared-memory accesses, loads from a peer CTA's shared memory.
  */
 #pragma once
@@ -16,6 +16,12 @@ __device__ __forceinline__ uint4 ptx_ld_nc_v4(const void *p) {
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
+}
+
+/* Prefetch the line holding p into L2 (PTX ISA "Data Movement and Conversion Instructions: prefetch,
+ * prefetchu": prefetch.global.L2): a per-thread address, no completion to wait for. */
+__device__ __forceinline__ void ptx_prefetch_l2(const void *p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(__cvta_generic_to_global(p)));
 }
 
 /* 16-byte async copy global -> shared; src_bytes = 0 writes zeros and reads nothing
