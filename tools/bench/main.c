@@ -152,30 +152,34 @@ static int64_t parse_size(const char *tok) {
   return (int64_t)v;
 }
 
-int parse_int_list(const char *arg, const char *opt, int *out, int cap, long lo, long hi) {
-  char buf[1024];
-  if (strlen(arg) >= sizeof buf) die("%s: list too long", opt);
+/* A comma-separated list split in place: arg copied into buf (size BENCH_LIST_CHARS), tok[] pointing at
+ * its entries (room for BENCH_LIST_CHARS / 2: all a list that fits buf can have); returns the count,
+ * dying on an over-long, over-full (more than cap) or empty list. */
+#define BENCH_LIST_CHARS 1024
+static int split_list(const char *arg, const char *opt, char *buf, char **tok, int cap) {
+  if (strlen(arg) >= BENCH_LIST_CHARS) die("%s: list too long", opt);
   strcpy(buf, arg);
   int n = 0;
-  for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+  for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
     if (n == cap) die("%s: more than %d entries", opt, cap);
-    out[n++] = parse_int(tok, lo, hi, opt);
+    tok[n++] = t;
   }
   if (n == 0) die("%s: empty list", opt);
   return n;
 }
 
+int parse_int_list(const char *arg, const char *opt, int *out, int cap, long lo, long hi) {
+  char buf[BENCH_LIST_CHARS], *tok[BENCH_LIST_CHARS / 2];
+  const int n = split_list(arg, opt, buf, tok, cap);
+  for (int i = 0; i < n; i++) out[i] = parse_int(tok[i], lo, hi, opt);
+  return n;
+}
+
 /* Comma-separated sizes into out[]; returns the count. */
 static int parse_size_list(const char *arg, const char *opt, int64_t *out, int cap) {
-  char buf[1024];
-  if (strlen(arg) >= sizeof buf) die("%s: list too long", opt);
-  strcpy(buf, arg);
-  int n = 0;
-  for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-    if (n == cap) die("%s: more than %d entries", opt, cap);
-    out[n++] = parse_size(tok);
-  }
-  if (n == 0) die("%s: empty list", opt);
+  char buf[BENCH_LIST_CHARS], *tok[BENCH_LIST_CHARS / 2];
+  const int n = split_list(arg, opt, buf, tok, cap);
+  for (int i = 0; i < n; i++) out[i] = parse_size(tok[i]);
   return n;
 }
 
