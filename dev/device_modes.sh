@@ -289,14 +289,14 @@ compare)
   glm_table "${files[@]}"
   ;;
 wheel)
-  whl=$(ls .whl/dsa-*-py3-none-manylinux_*.whl 2>/dev/null | head -1)
-  [ -n "$whl" ] || { echo "wheel: no .whl/dsa-*-py3-none-manylinux_*.whl carried" >&2; exit 1; }
+  whl=$(ls .whl/dsa-*-manylinux_*.whl 2>/dev/null | head -1)
+  [ -n "$whl" ] || { echo "wheel: no .whl/dsa-*-manylinux_*.whl carried" >&2; exit 1; }
   rm -rf /tmp/dsa-site && python3 -m pip install -q --no-index --no-deps --target /tmp/dsa-site "$whl" ||
     { echo "wheel: pip install failed" >&2; exit 1; }
   echo "installed $(basename "$whl") with $(python3 --version) (torch $(python3 -c 'import torch; print(torch.__version__)'))"
   PYTHONPATH=/tmp/dsa-site timeout 500 python3 -m pytest -q -p no:cacheprovider --import-mode=importlib \
     python/tests/test_gpu.py python/tests/test_ops.py >"$OUT/wheel-pytest.log" 2>&1 || rc=1
-  PYTHONPATH=/tmp/dsa-site python3 -c "import dsa; print('dsa', dsa.version(), 'from', dsa.__file__)"
+  PYTHONPATH=/tmp/dsa-site python3 -c "import dsa; from dsa import _fast; print('dsa', dsa.version(), 'from', dsa.__file__, 'fast path:', _fast._ext)"
   PYTHONPATH=/tmp/dsa-site timeout 120 python3 dev/python_overhead.py >"$OUT/python-overhead.log" 2>&1 || rc=1
   tail -n 15 "$OUT/wheel-pytest.log"
   cat "$OUT/python-overhead.log"

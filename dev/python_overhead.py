@@ -3,7 +3,9 @@ at most 1.5x a torch.add on a tiny tensor).
 
 For each public call (every one with a fast path: dsa/_fast.py) at a small shape (so the GPU keeps up and the loop measures the host), the wall
 time per call of N calls issued back to back, with outputs given (and workspace given) and with
-outputs allocated by the call; beside it torch.add on 16 floats (output allocated, and out= given).
+outputs allocated by the call, through each implementation of the fast path (the dsa._fastcall
+extension where it is built, and the Python one); beside it torch.add on 16 floats (output
+allocated, and out= given).
 One synchronisation after each loop. Needs PyTorch and an sm_90 GPU; run from the repository root:
 
     PYTHONPATH=python python3 dev/python_overhead.py        # or with the wheel installed
@@ -131,31 +133,51 @@ def main():
     workspaces = {"indexer_decode": ws_i, "topk": ws_t, "sparse_mla": ws_a, "indexer_prefill": ws_p}
     stream = torch.cuda.current_stream().cuda_stream
     c_only = {}
+    ext = _fast._ext
+    impls = [("fastcall", ext), ("python", None)] if ext is not None else [("python", None)]
+    timed = {}  # (call, given) -> {implementation: us}
+    for impl, mod in impls:
+        _fast._ext = mod
+        _fast.clear()
+        for name, alloc, given in calls:
+            timed.setdefault((name, False), {})[impl] = per_call_us(alloc)
+            if given is not None:
+                timed.setdefault((name, True), {})[impl] = per_call_us(given)
+    _fast._ext = ext
     for name, alloc, given in calls:
-        rows.append((f"dsa.{name}" if not name.startswith("torch") else name, per_call_us(alloc)))
         if given is not None:
-            rows.append((f"dsa.{name} (outputs, workspace given)", per_call_us(given)))
             c_only[name] = c_call_us(given, workspaces.get(name), stream)
     base = rows[0][1]
+    names = [impl for impl, _ in impls]
     print(f"dsa {dsa.version()} on {torch.cuda.get_device_name()}, torch {torch.__version__}: host us a call "
-          f"(N = {N}, back to back); C: the library call alone (its struct built once), the floor under Python")
+          f"(N = {N}, back to back); fast path: {' / '.join(names)} (dsa/_fast.py); C: the library call alone "
+          f"(its struct built once), the floor under Python")
     for name, us in rows:
-        c = c_only.get(name[4:-len(" (outputs, workspace given)")]) if name.endswith("given)") else None
-        print(f"  {name:48s} {us:7.1f} us  {us / base:5.2f}x torch.add" + (f"   C {c:5.1f} us" if c else ""))
+        print(f"  {name:48s} {us:7.1f} us  {us / base:5.2f}x torch.add")
+    for (name, given), by_impl in timed.items():
+        label = (f"dsa.{name}" if not name.startswith("torch") else name) + (" (outputs, workspace given)" if given else "")
+        cells = "  ".join(f"{impl} {by_impl[impl]:6.1f} us {by_impl[impl] / base:5.2f}x" for impl in names)
+        c = c_only.get(name) if given else None
+        print(f"  {label:48s} {cells}" + (f"   C {c:5.1f} us" if c else ""))
 
 
 def c_call_us(given, workspace, stream):
-    """The C function of a call alone: the plan the checked path leaves (dsa/_fast.py), its struct
-    passed as is, N times."""
-    _fast.clear()
-    given()
-    (p,) = _fast._plans.values()
-    a = p.fresh()
-    if len(p.call.argtypes) == 4:
+    """The C function of a call alone: the plan the checked path leaves (dsa/_fast.py, its Python
+    implementation, whose plan is readable here), its struct passed as is, N times."""
+    ext, _fast._ext = _fast._ext, None
+    try:
+        _fast.clear()
+        given()
+        (p,) = _fast._plans.values()
+    finally:
+        _fast._ext = ext
+        _fast.clear()
+    a = p.fn.argtypes[0]._type_.from_buffer_copy(p.args)
+    if len(p.fn.argtypes) == 4:
         keep = workspace if workspace is not None or not p.need else torch.empty(p.need, dtype=torch.uint8, device=DEV)
         wp, wb = (keep.data_ptr(), keep.numel()) if keep is not None else (None, 0)
-        return per_call_us(lambda: p.call(ctypes.byref(a), wp, wb, stream))
-    return per_call_us(lambda: p.call(ctypes.byref(a), stream))
+        return per_call_us(lambda: p.fn(ctypes.byref(a), wp, wb, stream))
+    return per_call_us(lambda: p.fn(ctypes.byref(a), stream))
 
 
 if __name__ == "__main__":

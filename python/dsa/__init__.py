@@ -152,6 +152,9 @@ def _raise(status: int) -> None:
         raise DsaError(status, _lib.lib().dsa_last_error().decode(errors="replace"))
 
 
+_fast._fail = _raise
+
+
 def _ws_bytes(query: str, args: ctypes.Structure) -> int:
     n = ctypes.c_size_t(0)
     _raise(getattr(_lib.lib(), query)(ctypes.byref(args), ctypes.byref(n)))
@@ -248,38 +251,6 @@ def _query(fn: str, q: Any, weights: Any, q_scale: Any, softmax_scale: float, to
     return qs, {"q": qv, "weights": wv, "q_scale": sv}
 
 
-def _fast_two_outputs(p: "_fast.Plan", a: ctypes.Structure, name0: str, out0: Any, name1: str, out1: Any,
-                      workspace: Any, stream: Any) -> Tuple[Any, Any]:
-    """The end of a fast-path call with two outputs (indices, lens): given or allocated, their
-    pointers into the struct, the C call (dsa/_fast.py)."""
-    out0 = _fast.empty(p, 0) if out0 is None else out0
-    out1 = _fast.empty(p, 1) if out1 is None else out1
-    setattr(a, name0, _fast.ptr(out0))
-    setattr(a, name1, _fast.ptr(out1))
-    _fast.run(p, a, workspace, stream, _raise)
-    return out0, out1
-
-
-def _fast_outputs(p: "_fast.Plan", a: ctypes.Structure, names: Tuple[str, ...], outs: Tuple[Any, ...],
-                  stream: Any) -> list:
-    """The end of a fast-path call that takes no workspace: each output given or allocated, its
-    pointer into the struct, the C call (dsa/_fast.py)."""
-    got = []
-    for i, (name, x) in enumerate(zip(names, outs)):
-        x = _fast.empty(p, i) if x is None else x
-        setattr(a, name, _fast.ptr(x))
-        got.append(x)
-    _fast.run_no_workspace(p, a, stream, _raise)
-    return got
-
-
-def _query_ptrs(qs: "_lib.IndexerQuery", q: Any, weights: Any, q_scale: Any) -> None:
-    """The fast path's pointers of an IndexerQuery (dsa/_fast.py)."""
-    qs.q = _fast.ptr(q)
-    qs.q_scale = _fast.ptr(q_scale)
-    qs.weights = _fast.ptr(weights)
-
-
 # ---- indexer: decode ----------------------------------------------------------------------------
 
 
@@ -318,6 +289,12 @@ def indexer_decode_workspace_size(q: Any, weights: Any, index_k_cache: Any, seq_
     return _ws_bytes("dsa_indexer_decode_workspace_size", a)
 
 
+# Each call's fast-path layout (dsa/_fast.py): its tensor arguments' struct fields, its results.
+_INDEXER_DECODE = _fast.Site("indexer_decode", "dsa_indexer_decode",
+                             ("query.q", "query.weights", "cache.data", "seq_lens", "block_table", "query.q_scale",
+                              "topk_indices", "topk_lens", _fast.WORKSPACE), results=(6, 7))
+
+
 def indexer_decode(q: Any, weights: Any, index_k_cache: Any, seq_lens: Any, block_table: Any, *, topk: int,
                    softmax_scale: float, q_scale: Any = None, page_size: int = 64, q_len_per_req: int = 1,
                    max_seq_len: int = 0, topk_indices: Any = None, topk_lens: Any = None, workspace: Any = None,
@@ -331,17 +308,11 @@ def indexer_decode(q: Any, weights: Any, index_k_cache: Any, seq_lens: Any, bloc
     [T, topk]: global slots, -1 past lens; topk_lens int32 [T] = min(topk, L)). workspace_limit
     (bytes, 0 = none) caps the workspace at some cost in speed (dsa.h).
     """
-    k = _fast.key("indexer_decode", (q, weights, index_k_cache, seq_lens, block_table, q_scale, topk_indices,
-                                     topk_lens, workspace),
-                  (topk, softmax_scale, page_size, q_len_per_req, max_seq_len, workspace_limit))
-    p = _fast.get(k)
-    if p is not None:  # a signature seen before: pointers, outputs, the call (dsa/_fast.py)
-        a = p.fresh()
-        _query_ptrs(a.query, q, weights, q_scale)
-        a.cache.data = _fast.ptr(index_k_cache)
-        a.seq_lens = _fast.ptr(seq_lens)
-        a.block_table = _fast.ptr(block_table)
-        return _fast_two_outputs(p, a, "topk_indices", topk_indices, "topk_lens", topk_lens, workspace, stream)
+    tensors = (q, weights, index_k_cache, seq_lens, block_table, q_scale, topk_indices, topk_lens, workspace)
+    scalars = (topk, softmax_scale, page_size, q_len_per_req, max_seq_len, workspace_limit)
+    r = _fast.call(_INDEXER_DECODE, tensors, scalars, stream)
+    if r is not None:  # a signature seen before (dsa/_fast.py)
+        return r
     fn = "dsa.indexer_decode"
     a, views = _decode_args(fn, q, weights, index_k_cache, seq_lens, block_table, topk, softmax_scale, q_scale,
                             page_size, q_len_per_req, max_seq_len)
@@ -354,8 +325,13 @@ def indexer_decode(q: Any, weights: Any, index_k_cache: Any, seq_lens: Any, bloc
     a.topk_lens = _ptr(lv)
     need = _run_with_workspace("dsa_indexer_decode", "dsa_indexer_decode_workspace_size", a, workspace, views, fn,
                                views["q"], stream, dev)
-    _fast.remember(k, a, "dsa_indexer_decode", views["q"], (((T, topk), "i32"), ((T,), "i32")), need, workspace)
+    _fast.remember(_INDEXER_DECODE, tensors, scalars, a, views["q"], {6: ((T, topk), "i32"), 7: ((T,), "i32")}, need)
     return topk_indices, topk_lens
+
+
+_INDEXER_DECODE_SCORES = _fast.Site("indexer_decode_scores", "dsa_indexer_decode_scores",
+                                    ("decode.query.q", "decode.query.weights", "decode.cache.data", "decode.seq_lens",
+                                     "decode.block_table", "decode.query.q_scale", "scores"), results=(6,))
 
 
 def indexer_decode_scores(q: Any, weights: Any, index_k_cache: Any, seq_lens: Any, block_table: Any, *,
@@ -365,16 +341,11 @@ def indexer_decode_scores(q: Any, weights: Any, index_k_cache: Any, seq_lens: An
     """Decode indexer scores alone: float32 [T, max_len] (max_len = max_seq_len, or the block
     table's capacity); row t holds the scores of positions [0, L(t)) and -inf in [L(t), max_len).
     With skip_short_rows, tokens with L <= topk are not scored (their -inf tail still is written)."""
-    k = _fast.key("indexer_decode_scores", (q, weights, index_k_cache, seq_lens, block_table, q_scale, scores),
-                  (softmax_scale, page_size, q_len_per_req, max_seq_len, topk, bool(skip_short_rows)))
-    p = _fast.get(k)
-    if p is not None:  # a signature seen before (dsa/_fast.py)
-        sa = p.fresh()
-        _query_ptrs(sa.decode.query, q, weights, q_scale)
-        sa.decode.cache.data = _fast.ptr(index_k_cache)
-        sa.decode.seq_lens = _fast.ptr(seq_lens)
-        sa.decode.block_table = _fast.ptr(block_table)
-        return _fast_outputs(p, sa, ("scores",), (scores,), stream)[0]
+    tensors = (q, weights, index_k_cache, seq_lens, block_table, q_scale, scores)
+    scalars = (softmax_scale, page_size, q_len_per_req, max_seq_len, topk, bool(skip_short_rows))
+    r = _fast.call(_INDEXER_DECODE_SCORES, tensors, scalars, stream)
+    if r is not None:  # a signature seen before (dsa/_fast.py)
+        return r[0]
     fn = "dsa.indexer_decode_scores"
     a, views = _decode_args(fn, q, weights, index_k_cache, seq_lens, block_table, topk, softmax_scale, q_scale,
                             page_size, q_len_per_req, max_seq_len)
@@ -390,7 +361,7 @@ def indexer_decode_scores(q: Any, weights: Any, index_k_cache: Any, seq_lens: An
     sa.skip_short_rows = int(bool(skip_short_rows))
     s = _stream(stream, list(views.values()), dev)
     _raise(_lib.lib().dsa_indexer_decode_scores(ctypes.byref(sa), s or None))
-    _fast.remember(k, sa, "dsa_indexer_decode_scores", views["q"], (((T, max_len), "f32"),))
+    _fast.remember(_INDEXER_DECODE_SCORES, tensors, scalars, sa, views["q"], {6: ((T, max_len), "f32")})
     return scores
 
 
@@ -434,6 +405,11 @@ def indexer_prefill_workspace_size(q: Any, weights: Any, index_k_cache: Any, kv_
     return _ws_bytes("dsa_indexer_prefill_workspace_size", a)
 
 
+_INDEXER_PREFILL = _fast.Site("indexer_prefill", "dsa_indexer_prefill",
+                              ("query.q", "query.weights", "cache.data", "kv_workspace_slots", "row_starts",
+                               "row_ends", "query.q_scale", "topk_indices", "topk_lens", _fast.WORKSPACE), results=(7, 8))
+
+
 def indexer_prefill(q: Any, weights: Any, index_k_cache: Any, kv_workspace_slots: Any, row_starts: Any,
                     row_ends: Any, *, topk: int, softmax_scale: float, q_scale: Any = None, page_size: int = 64,
                     max_rows: int = 0, output_global_slots: bool = False, topk_indices: Any = None,
@@ -444,18 +420,12 @@ def indexer_prefill(q: Any, weights: Any, index_k_cache: Any, kv_workspace_slots
     Returns (topk_indices int32 [T, topk]: workspace rows, or global slots with
     output_global_slots=True — what sparse_mla consumes; -1 past lens; topk_lens int32 [T]).
     workspace_limit as indexer_decode."""
-    k = _fast.key("indexer_prefill", (q, weights, index_k_cache, kv_workspace_slots, row_starts, row_ends, q_scale,
-                                      topk_indices, topk_lens, workspace),
-                  (topk, softmax_scale, page_size, max_rows, bool(output_global_slots), workspace_limit))
-    p = _fast.get(k)
-    if p is not None:  # a signature seen before (dsa/_fast.py)
-        a = p.fresh()
-        _query_ptrs(a.query, q, weights, q_scale)
-        a.cache.data = _fast.ptr(index_k_cache)
-        a.kv_workspace_slots = _fast.ptr(kv_workspace_slots)
-        a.row_starts = _fast.ptr(row_starts)
-        a.row_ends = _fast.ptr(row_ends)
-        return _fast_two_outputs(p, a, "topk_indices", topk_indices, "topk_lens", topk_lens, workspace, stream)
+    tensors = (q, weights, index_k_cache, kv_workspace_slots, row_starts, row_ends, q_scale, topk_indices, topk_lens,
+               workspace)
+    scalars = (topk, softmax_scale, page_size, max_rows, bool(output_global_slots), workspace_limit)
+    r = _fast.call(_INDEXER_PREFILL, tensors, scalars, stream)
+    if r is not None:  # a signature seen before (dsa/_fast.py)
+        return r
     fn = "dsa.indexer_prefill"
     a, views = _prefill_args(fn, q, weights, index_k_cache, kv_workspace_slots, row_starts, row_ends, topk,
                              softmax_scale, q_scale, page_size, max_rows, output_global_slots)
@@ -468,8 +438,15 @@ def indexer_prefill(q: Any, weights: Any, index_k_cache: Any, kv_workspace_slots
     a.topk_lens = _ptr(lv)
     need = _run_with_workspace("dsa_indexer_prefill", "dsa_indexer_prefill_workspace_size", a, workspace, views, fn,
                                views["q"], stream, dev)
-    _fast.remember(k, a, "dsa_indexer_prefill", views["q"], (((T, topk), "i32"), ((T,), "i32")), need, workspace)
+    _fast.remember(_INDEXER_PREFILL, tensors, scalars, a, views["q"], {7: ((T, topk), "i32"), 8: ((T,), "i32")},
+                   need)
     return topk_indices, topk_lens
+
+
+_INDEXER_PREFILL_SCORES = _fast.Site("indexer_prefill_scores", "dsa_indexer_prefill_scores",
+                                     ("prefill.query.q", "prefill.query.weights", "prefill.cache.data",
+                                      "prefill.kv_workspace_slots", "prefill.row_starts", "prefill.row_ends",
+                                      "prefill.query.q_scale", "scores"), results=(7,))
 
 
 def indexer_prefill_scores(q: Any, weights: Any, index_k_cache: Any, kv_workspace_slots: Any, row_starts: Any,
@@ -479,18 +456,11 @@ def indexer_prefill_scores(q: Any, weights: Any, index_k_cache: Any, kv_workspac
     """Prefill indexer scores alone: float32 [T, max_len] (max_len = max_rows, or W), row t column i
     = the score of workspace row row_starts[t] + i for its visible rows, -inf past them up to
     max_rows (or the workspace's rows)."""
-    k = _fast.key("indexer_prefill_scores", (q, weights, index_k_cache, kv_workspace_slots, row_starts, row_ends,
-                                             q_scale, scores),
-                  (softmax_scale, page_size, max_rows, topk, bool(skip_short_rows)))
-    p = _fast.get(k)
-    if p is not None:  # a signature seen before (dsa/_fast.py)
-        sa = p.fresh()
-        _query_ptrs(sa.prefill.query, q, weights, q_scale)
-        sa.prefill.cache.data = _fast.ptr(index_k_cache)
-        sa.prefill.kv_workspace_slots = _fast.ptr(kv_workspace_slots)
-        sa.prefill.row_starts = _fast.ptr(row_starts)
-        sa.prefill.row_ends = _fast.ptr(row_ends)
-        return _fast_outputs(p, sa, ("scores",), (scores,), stream)[0]
+    tensors = (q, weights, index_k_cache, kv_workspace_slots, row_starts, row_ends, q_scale, scores)
+    scalars = (softmax_scale, page_size, max_rows, topk, bool(skip_short_rows))
+    r = _fast.call(_INDEXER_PREFILL_SCORES, tensors, scalars, stream)
+    if r is not None:  # a signature seen before (dsa/_fast.py)
+        return r[0]
     fn = "dsa.indexer_prefill_scores"
     a, views = _prefill_args(fn, q, weights, index_k_cache, kv_workspace_slots, row_starts, row_ends, topk,
                              softmax_scale, q_scale, page_size, max_rows, False)
@@ -505,7 +475,7 @@ def indexer_prefill_scores(q: Any, weights: Any, index_k_cache: Any, kv_workspac
     sa.skip_short_rows = int(bool(skip_short_rows))
     s = _stream(stream, list(views.values()), dev)
     _raise(_lib.lib().dsa_indexer_prefill_scores(ctypes.byref(sa), s or None))
-    _fast.remember(k, sa, "dsa_indexer_prefill_scores", views["q"], (((T, max_len), "f32"),))
+    _fast.remember(_INDEXER_PREFILL_SCORES, tensors, scalars, sa, views["q"], {7: ((T, max_len), "f32")})
     return scores
 
 
@@ -534,19 +504,19 @@ def topk_workspace_size(scores: Any, *, topk: int, row_lens: Any = None, max_len
     return _ws_bytes("dsa_topk_workspace_size", a)
 
 
+_TOPK = _fast.Site("topk", "dsa_topk", ("scores", "row_lens", "indices", "lens", _fast.WORKSPACE), results=(2, 3))
+
+
 def topk(scores: Any, *, topk: int, row_lens: Any = None, max_len: Optional[int] = None, indices: Any = None,
          lens: Any = None, workspace: Any = None, stream: Any = None) -> Tuple[Any, Any]:
     """Top-k of float32 rows: scores [R, >= max_len] (rows may be strided), row r has
     L = clamp(row_lens[r], 0, max_len) entries (max_len = the column count by default). Ties go to
     the lower position, NaN ranks lowest. Returns (indices int32 [R, topk], -1 past lens;
     lens int32 [R] = min(topk, L))."""
-    k = _fast.key("topk", (scores, row_lens, indices, lens, workspace), (topk, max_len))
-    p = _fast.get(k)
-    if p is not None:  # a signature seen before (dsa/_fast.py)
-        a = p.fresh()
-        a.scores = _fast.ptr(scores)
-        a.row_lens = _fast.ptr(row_lens)
-        return _fast_two_outputs(p, a, "indices", indices, "lens", lens, workspace, stream)
+    tensors, scalars = (scores, row_lens, indices, lens, workspace), (topk, max_len)
+    r = _fast.call(_TOPK, tensors, scalars, stream)
+    if r is not None:  # a signature seen before (dsa/_fast.py)
+        return r
     fn = "dsa.topk"
     a, views = _topk_args(fn, scores, topk, row_lens, max_len)
     R = a.num_rows
@@ -557,7 +527,7 @@ def topk(scores: Any, *, topk: int, row_lens: Any = None, max_len: Optional[int]
     a.lens = _ptr(lv)
     need = _run_with_workspace("dsa_topk", "dsa_topk_workspace_size", a, workspace, views, fn, views["scores"],
                                stream, dev)
-    _fast.remember(k, a, "dsa_topk", views["scores"], (((R, topk), "i32"), ((R,), "i32")), need, workspace)
+    _fast.remember(_TOPK, tensors, scalars, a, views["scores"], {2: ((R, topk), "i32"), 3: ((R,), "i32")}, need)
     return indices, lens
 
 
@@ -619,6 +589,10 @@ def sparse_mla_workspace_size(q: Any, kv_cache: Any, indices: Any, *, softmax_sc
     return _ws_bytes("dsa_sparse_mla_workspace_size", a)
 
 
+_SPARSE_MLA = _fast.Site("sparse_mla", "dsa_sparse_mla", ("q", "kv_cache", "indices", "lens", "out", "lse", _fast.WORKSPACE),
+                         results=(4, 5))
+
+
 def sparse_mla(q: Any, kv_cache: Any, indices: Any, *, softmax_scale: float, lens: Any = None,
                topk: Optional[int] = None, out: Any = None, lse: Any = None, return_lse: bool = False,
                workspace: Any = None, stream: Any = None) -> Any:
@@ -630,21 +604,10 @@ def sparse_mla(q: Any, kv_cache: Any, indices: Any, *, softmax_scale: float, len
     slots. Returns out bf16 [T, H, 512], or (out, lse float32 [T, H]) with return_lse / lse=.
     A token with no valid entry gets out = 0, lse = -inf."""
     want_lse = return_lse or lse is not None
-    k = _fast.key("sparse_mla", (q, kv_cache, indices, lens, out, lse, workspace), (softmax_scale, topk, want_lse))
-    p = _fast.get(k)
-    if p is not None:  # a signature seen before (dsa/_fast.py)
-        a = p.fresh()
-        a.q = _fast.ptr(q)
-        a.kv_cache = _fast.ptr(kv_cache)
-        a.indices = _fast.ptr(indices)
-        a.lens = _fast.ptr(lens)
-        out = _fast.empty(p, 0) if out is None else out
-        if want_lse and lse is None:
-            lse = _fast.empty(p, 1)
-        a.out = _fast.ptr(out)
-        a.lse = _fast.ptr(lse) if want_lse else None
-        _fast.run(p, a, workspace, stream, _raise)
-        return (out, lse) if want_lse else out
+    tensors, scalars = (q, kv_cache, indices, lens, out, lse, workspace), (softmax_scale, topk, want_lse)
+    r = _fast.call(_SPARSE_MLA, tensors, scalars, stream)
+    if r is not None:  # a signature seen before (dsa/_fast.py)
+        return r if want_lse else r[0]
     fn = "dsa.sparse_mla"
     a, views = _mla_args(fn, q, kv_cache, indices, softmax_scale, lens, topk)
     T, H = a.num_tokens, a.num_heads
@@ -657,30 +620,25 @@ def sparse_mla(q: Any, kv_cache: Any, indices: Any, *, softmax_scale: float, len
     a.lse = _ptr(lsv)
     need = _run_with_workspace("dsa_sparse_mla", "dsa_sparse_mla_workspace_size", a, workspace, views, fn, views["q"],
                                stream, dev)
-    _fast.remember(k, a, "dsa_sparse_mla", views["q"], (((T, H, MLA_V_DIM), "bf16"), ((T, H), "f32")), need,
-                   workspace)
+    _fast.remember(_SPARSE_MLA, tensors, scalars, a, views["q"],
+                   {4: ((T, H, MLA_V_DIM), "bf16"), 5: ((T, H), "f32")} if want_lse else {4: ((T, H, MLA_V_DIM), "bf16")},
+                   need)
     return (out, lse) if want_lse else out
 
 
 # ---- cache writers --------------------------------------------------------------------------------
 
 
-def _fast_store(p: "_fast.Plan", rows_name: str, rows: Any, slot_mapping: Any, cache: Any, stream: Any) -> None:
-    """A cache writer's fast-path call: the rows, slots and cache pointers, the C call (dsa/_fast.py)."""
-    a = p.fresh()
-    setattr(a, rows_name, _fast.ptr(rows))
-    a.slot_mapping = _fast.ptr(slot_mapping)
-    a.cache = _fast.ptr(cache)
-    _fast.run_no_workspace(p, a, stream, _raise)
+_INDEX_K_STORE = _fast.Site("index_k_store", "dsa_index_k_store", ("k", "slot_mapping", "cache"))
+_MLA_KV_STORE = _fast.Site("mla_kv_store", "dsa_mla_kv_store", ("kv", "slot_mapping", "cache"))
 
 
 def index_k_store(k: Any, slot_mapping: Any, index_k_cache: Any, *, page_size: int = 64, stream: Any = None) -> None:
     """Writes k bf16 [T, 128] (rows may be strided) into the paged FP8 index-K cache at
     slot_mapping int64 [T] (negative slots are padding): one float32 scale per row, amax / 448."""
-    key = _fast.key("index_k_store", (k, slot_mapping, index_k_cache), (page_size,))
-    p = _fast.get(key)
-    if p is not None:  # a signature seen before (dsa/_fast.py)
-        return _fast_store(p, "k", k, slot_mapping, index_k_cache, stream)
+    tensors, scalars = (k, slot_mapping, index_k_cache), (page_size,)
+    if _fast.call(_INDEX_K_STORE, tensors, scalars, stream) is not None:  # a signature seen before (dsa/_fast.py)
+        return None
     fn = "dsa.index_k_store"
     kv = _arg(fn, "k", k, ("bf16",), (None, INDEX_HEAD_DIM), "rows")
     T = kv.shape[0]
@@ -698,17 +656,16 @@ def index_k_store(k: Any, slot_mapping: Any, index_k_cache: Any, *, page_size: i
     a.page_size = page_size
     s = _stream(stream, list(views.values()), dev)
     _raise(_lib.lib().dsa_index_k_store(ctypes.byref(a), s or None))
-    _fast.remember(key, a, "dsa_index_k_store", kv)
+    _fast.remember(_INDEX_K_STORE, tensors, scalars, a, kv)
 
 
 def mla_kv_store(kv: Any, slot_mapping: Any, kv_cache: Any, *, stream: Any = None) -> None:
     """Writes kv bf16 [T, 576] (rows may be strided) into the MLA KV cache at slot_mapping int64
     [T] (negative slots are padding): packed FP8 (uint8 [..., 656]: per-128 scale amax / 448, rope
     kept bf16) or a plain bf16 copy (bf16 [..., >= 576])."""
-    key = _fast.key("mla_kv_store", (kv, slot_mapping, kv_cache), ())
-    p = _fast.get(key)
-    if p is not None:  # a signature seen before (dsa/_fast.py)
-        return _fast_store(p, "kv", kv, slot_mapping, kv_cache, stream)
+    tensors = (kv, slot_mapping, kv_cache)
+    if _fast.call(_MLA_KV_STORE, tensors, (), stream) is not None:  # a signature seen before (dsa/_fast.py)
+        return None
     fn = "dsa.mla_kv_store"
     kvv = _arg(fn, "kv", kv, ("bf16",), (None, MLA_QK_DIM), "rows")
     T = kvv.shape[0]
@@ -727,7 +684,7 @@ def mla_kv_store(kv: Any, slot_mapping: Any, kv_cache: Any, *, stream: Any = Non
     a.cache_stride = stride if fmt == _lib.DSA_KV_BF16 else 0
     s = _stream(stream, list(views.values()), dev)
     _raise(_lib.lib().dsa_mla_kv_store(ctypes.byref(a), s or None))
-    _fast.remember(key, a, "dsa_mla_kv_store", kvv)
+    _fast.remember(_MLA_KV_STORE, tensors, (), a, kvv)
 
 
 # ---- context parallelism (single-GPU pieces; the exchanges are the caller's) --------------------
@@ -744,6 +701,14 @@ def _shard(fn: str, world_size: int, rank: int, layout: str, block: int) -> "_li
     return s
 
 
+_CP_CANDIDATES = _fast.Site("cp_candidates", "dsa_cp_candidates",
+                            ("scores", "local_indices", "row_offsets", "cand_scores", "cand_ids"), results=(3, 4))
+_TOPK_MERGE = _fast.Site("topk_merge", "dsa_topk_merge", ("cand_scores", "cand_ids", "indices", "lens"), results=(2, 3))
+_CP_LOCAL_INDICES = _fast.Site("cp_local_indices", "dsa_cp_local_indices",
+                               ("indices", "block_table", "workspace_slots", "out_slots", "out_lens"), results=(3, 4))
+_LSE_COMBINE = _fast.Site("lse_combine", "dsa_lse_combine", ("outs", "lses", "out", "lse"), results=(2, 3))
+
+
 def cp_candidates(scores: Any, local_indices: Any, *, world_size: int, rank: int, layout: str = "round_robin",
                   block: int = 0, max_len: Optional[int] = None, row_offsets: Any = None, cand_scores: Any = None,
                   cand_ids: Any = None, stream: Any = None) -> Tuple[Any, Any]:
@@ -752,15 +717,11 @@ def cp_candidates(scores: Any, local_indices: Any, *, world_size: int, rank: int
     row_offsets int32 [R] or None (prefill: each row's first local row). Round robin: local
     position p of rank r is global p * world_size + r; blocks: r * block + p. Returns (cand_scores
     float32 [R, k], cand_ids int32 [R, k]; -inf and -1 where there is no candidate)."""
-    key = _fast.key("cp_candidates", (scores, local_indices, row_offsets, cand_scores, cand_ids),
-                    (world_size, rank, layout, block, max_len))
-    p = _fast.get(key)
-    if p is not None:  # a signature seen before (dsa/_fast.py)
-        a = p.fresh()
-        a.scores = _fast.ptr(scores)
-        a.local_indices = _fast.ptr(local_indices)
-        a.row_offsets = _fast.ptr(row_offsets)
-        return tuple(_fast_outputs(p, a, ("cand_scores", "cand_ids"), (cand_scores, cand_ids), stream))
+    tensors = (scores, local_indices, row_offsets, cand_scores, cand_ids)
+    scalars = (world_size, rank, layout, block, max_len)
+    r = _fast.call(_CP_CANDIDATES, tensors, scalars, stream)
+    if r is not None:  # a signature seen before (dsa/_fast.py)
+        return r
     fn = "dsa.cp_candidates"
     shard = _shard(fn, world_size, rank, layout, block)
     sv = _arg(fn, "scores", scores, ("f32",), (None, None), "rows")
@@ -787,7 +748,7 @@ def cp_candidates(scores: Any, local_indices: Any, *, world_size: int, rank: int
     a.cand_ids = _ptr(civ)
     s = _stream(stream, list(views.values()), dev)
     _raise(_lib.lib().dsa_cp_candidates(ctypes.byref(a), s or None))
-    _fast.remember(key, a, "dsa_cp_candidates", sv, (((R, k), "f32"), ((R, k), "i32")))
+    _fast.remember(_CP_CANDIDATES, tensors, scalars, a, sv, {3: ((R, k), "f32"), 4: ((R, k), "i32")})
     return cand_scores, cand_ids
 
 
@@ -797,13 +758,10 @@ def topk_merge(cand_scores: Any, cand_ids: Any, *, topk: int, indices: Any = Non
     [W, R, k_in] (what an all-gather of the ranks' [R, k_in] lists gives; id -1 = none). Returns
     (indices int32 [R, topk]: the ids of the largest scores — NaN lowest, equal scores to the lower
     id — in ascending order, -1 after lens; lens int32 [R]), whatever the order of the lists."""
-    key = _fast.key("topk_merge", (cand_scores, cand_ids, indices, lens), (topk,))
-    p = _fast.get(key)
-    if p is not None:  # a signature seen before (dsa/_fast.py)
-        a = p.fresh()
-        a.cand_scores = _fast.ptr(cand_scores)
-        a.cand_ids = _fast.ptr(cand_ids)
-        return tuple(_fast_outputs(p, a, ("indices", "lens"), (indices, lens), stream))
+    tensors, scalars = (cand_scores, cand_ids, indices, lens), (topk,)
+    r = _fast.call(_TOPK_MERGE, tensors, scalars, stream)
+    if r is not None:  # a signature seen before (dsa/_fast.py)
+        return r
     fn = "dsa.topk_merge"
     sv = _arg(fn, "cand_scores", cand_scores, ("f32",), (None, None, None))
     W, R, k_in = sv.shape
@@ -815,7 +773,7 @@ def topk_merge(cand_scores: Any, cand_ids: Any, *, topk: int, indices: Any = Non
     a = _lib.TopkMergeArgs(_ptr(sv), _ptr(iv), W, R, k_in, topk, _ptr(ov), _ptr(lv))
     s = _stream(stream, list(views.values()), dev)
     _raise(_lib.lib().dsa_topk_merge(ctypes.byref(a), s or None))
-    _fast.remember(key, a, "dsa_topk_merge", sv, (((R, topk), "i32"), ((R,), "i32")))
+    _fast.remember(_TOPK_MERGE, tensors, scalars, a, sv, {2: ((R, topk), "i32"), 3: ((R,), "i32")})
     return indices, lens
 
 
@@ -828,17 +786,11 @@ def cp_local_indices(indices: Any, *, world_size: int, rank: int, layout: str = 
     outside [0, num_pages) give -1), prefill through workspace_slots int64 [rows] (its local rows).
     Returns out_slots int32 [T, k] (-1 where another rank owns the row); with compact=True,
     (out_slots, out_lens int32 [T]): the owned ones first, in order, and their count."""
-    key = _fast.key("cp_local_indices", (indices, block_table, workspace_slots, out_slots, out_lens),
-                    (world_size, rank, layout, block, page_size, num_pages, q_len_per_req, bool(compact)))
-    p = _fast.get(key)
-    if p is not None:  # a signature seen before (dsa/_fast.py)
-        a = p.fresh()
-        a.indices = _fast.ptr(indices)
-        a.block_table = _fast.ptr(block_table)
-        a.workspace_slots = _fast.ptr(workspace_slots)
-        if compact:
-            return tuple(_fast_outputs(p, a, ("out_slots", "out_lens"), (out_slots, out_lens), stream))
-        return _fast_outputs(p, a, ("out_slots",), (out_slots,), stream)[0]
+    tensors = (indices, block_table, workspace_slots, out_slots, out_lens)
+    scalars = (world_size, rank, layout, block, page_size, num_pages, q_len_per_req, bool(compact))
+    r = _fast.call(_CP_LOCAL_INDICES, tensors, scalars, stream)
+    if r is not None:  # a signature seen before (dsa/_fast.py)
+        return r if compact else r[0]
     fn = "dsa.cp_local_indices"
     iv = _arg(fn, "indices", indices, ("i32",), (None, None))
     T, k = iv.shape
@@ -873,7 +825,9 @@ def cp_local_indices(indices: Any, *, world_size: int, rank: int, layout: str = 
     a.out_lens = _ptr(lv)
     s = _stream(stream, list(views.values()), dev)
     _raise(_lib.lib().dsa_cp_local_indices(ctypes.byref(a), s or None))
-    _fast.remember(key, a, "dsa_cp_local_indices", iv, (((T, k), "i32"), ((T,), "i32")))
+    _fast.remember(_CP_LOCAL_INDICES, tensors, scalars, a, iv,
+                   {3: ((T, k), "i32"), 4: ((T,), "i32")} if compact else {3: ((T, k), "i32")},
+                   skip=((1,) if workspace_slots is not None else ()) + (() if compact else (4,)))
     return (out_slots, out_lens) if compact else out_slots
 
 
@@ -882,13 +836,10 @@ def lse_combine(outs: Any, lses: Any, *, out: Any = None, lse: Any = None, strea
     [W, T, H] (natural log, -inf = that rank had no rows). Returns (out bf16 [T, H, 512],
     lse float32 [T, H]): lse = log sum_w exp(lse_w), out = sum_w exp(lse_w - lse) out_w; a token
     and head with no part gets 0 and -inf."""
-    key = _fast.key("lse_combine", (outs, lses, out, lse), ())
-    p = _fast.get(key)
-    if p is not None:  # a signature seen before (dsa/_fast.py)
-        a = p.fresh()
-        a.outs = _fast.ptr(outs)
-        a.lses = _fast.ptr(lses)
-        return tuple(_fast_outputs(p, a, ("out", "lse"), (out, lse), stream))
+    tensors = (outs, lses, out, lse)
+    r = _fast.call(_LSE_COMBINE, tensors, (), stream)
+    if r is not None:  # a signature seen before (dsa/_fast.py)
+        return r
     fn = "dsa.lse_combine"
     ov = _arg(fn, "outs", outs, ("bf16", "f32"), (None, None, None, MLA_V_DIM))
     W, T, H, _ = ov.shape
@@ -901,5 +852,5 @@ def lse_combine(outs: Any, lses: Any, *, out: Any = None, lse: Any = None, strea
                             T, H, _ptr(outv), _ptr(lsev))
     s = _stream(stream, list(views.values()), dev)
     _raise(_lib.lib().dsa_lse_combine(ctypes.byref(a), s or None))
-    _fast.remember(key, a, "dsa_lse_combine", ov, (((T, H, MLA_V_DIM), "bf16"), ((T, H), "f32")))
+    _fast.remember(_LSE_COMBINE, tensors, (), a, ov, {2: ((T, H, MLA_V_DIM), "bf16"), 3: ((T, H), "f32")})
     return out, lse

@@ -1,36 +1,70 @@
 """Repeated calls with PyTorch tensors, at a fraction of the checked path's host cost.
 
-A call's checks depend only on its arguments' signature — each tensor's shape, strides, dtype and
-device, and the scalars — so the first call of a signature runs the checked path (dsa/__init__.py)
-and leaves a plan here: its C argument struct, workspace size, output shapes and the C function.
-A later call with the same signature copies the struct, rewrites every pointer field from its own
-tensors, allocates what it must and calls C. The C library still checks what depends on the
-pointers (alignment, workspace size) on every call. Only plain ``torch.Tensor`` arguments (and
-None) take this path; anything else, or a signature not seen before, takes the checked one.
-test_cpu.py checks, call by call, that the struct C receives is the same byte for byte either way.
+A call's checks depend only on its arguments' signature — each tensor's type, shape, strides, dtype
+and device, and the scalars — so the first call of a signature runs the checked path
+(dsa/__init__.py) and leaves a plan: its C argument struct, where each tensor's pointer goes in it,
+what to allocate when an output (or the workspace) is not given, and the C function. A later call
+with the same signature copies the struct, writes every pointer from its own tensors, allocates
+what it must and calls C. The C library still checks what depends on the pointers (alignment,
+workspace size) on every call. Only plain ``torch.Tensor`` arguments (and None) take this path;
+anything else, or a signature not seen before, takes the checked one.
+
+Two implementations of the same plans: the extension module ``dsa._fastcall`` (python/ext/
+fastcall.c: signatures compared and pointers written in C, the C function called without ctypes),
+built into the wheel; and this module's Python, where the extension is absent (a source tree whose
+Python had no headers to build it). test_cpu.py checks, call by call and for both, that the struct
+C receives is the same byte for byte as the checked path's.
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib.machinery
+import importlib.util
+import os
 import sys
 from typing import Any, Optional
 
 from . import _lib
 from ._tensors import _TORCH_ALLOC, stream_handle, torch_current_stream, torch_keep_for_stream
 
-_MAX_PLANS = 1024  # signatures kept (prefill chunks of many sizes would otherwise grow it forever)
+WORKSPACE = "<workspace>"  # a Site field: the argument is the call's workspace (passed beside the struct)
+_MAX_PLANS = 1024  # signatures kept by the Python implementation (prefill chunks of many sizes would grow it)
 _plans: dict = {}
+_sites: list = []
+_fail: Any = None  # dsa._raise: raises DsaError for a failed status (set by dsa/__init__.py)
+
+
+class Site:
+    """One public call's layout: its C function, and for each tensor argument (in the order the call
+    passes them) the struct field its pointer goes to ("a.b" for a nested struct, WORKSPACE, or None
+    for none); results: the arguments the call returns (given or allocated), by position."""
+
+    __slots__ = ("tag", "index", "call", "fields", "results")
+
+    def __init__(self, tag: str, call: str, fields: tuple, results: tuple = ()):
+        self.tag, self.call, self.fields, self.results = tag, call, fields, results
+        self.index = len(_sites)
+        _sites.append(self)
 
 
 class Plan:
-    __slots__ = ("args", "need", "ws_bytes", "device", "device_index", "outs", "call")
+    """The Python implementation's plan (the extension keeps its own copy of the same parts)."""
 
-    def fresh(self) -> ctypes.Structure:
-        return type(self.args).from_buffer_copy(self.args)
+    __slots__ = ("site", "args", "offsets", "allocs", "ws_bytes", "need", "device_index", "fn", "ptr_words",
+                 "alloc_list", "ws_pos")
 
 
-def key(tag: str, tensors: tuple, scalars: tuple) -> Optional[tuple]:
+def _offset(atype: type, path: str) -> int:
+    off = 0
+    for name in path.split("."):
+        field = getattr(atype, name)
+        off += field.offset
+        atype = dict(atype._fields_)[name]
+    return off
+
+
+def key(site: Site, tensors: tuple, scalars: tuple) -> Optional[tuple]:
     """The signature of a call, or None when an argument is not a plain PyTorch tensor (or None)."""
     tensor = getattr(sys.modules.get("torch"), "Tensor", None)
     parts = []
@@ -44,87 +78,165 @@ def key(tag: str, tensors: tuple, scalars: tuple) -> Optional[tuple]:
                 parts.append((x.shape, x.stride(), x.dtype, x.get_device()))
             else:
                 return None
-        return (tag, tuple(parts), scalars)
     except (AttributeError, TypeError, RuntimeError):  # not a tensor after all: the checked path says why
         return None
+    return (site.index, tuple(parts), scalars)
 
 
-def get(k: Optional[tuple]) -> Optional[Plan]:
-    return None if k is None else _plans.get(k)
+def call(site: Site, tensors: tuple, scalars: tuple, stream: Any) -> Optional[tuple]:
+    """The call through its plan, returning the site's results; None when no plan has its signature."""
+    if _ext is not None:
+        r = _ext.call(site.index, tensors, scalars, stream)
+        if r is not None:
+            return r
+    if not _plans:
+        return None
+    k = key(site, tensors, scalars)
+    p = None if k is None else _plans.get(k)
+    return None if p is None else _run(p, tensors, stream)
 
 
-def remember(k: Optional[tuple], args: ctypes.Structure, call: str, like: Any, outs: tuple = (), need: int = 0,
-             workspace: Any = None) -> None:
-    """Keeps the plan of a call that passed the checked path. like: the View of an input tensor
-    (device); outs: (shape, dtype name) of each output the fast path may have to allocate."""
-    if k is None or like.framework != "torch":
+def remember(site: Site, tensors: tuple, scalars: tuple, args: ctypes.Structure, like: Any, allocs: Optional[dict] = None,
+             need: int = 0, skip: tuple = ()) -> None:
+    """Keeps the plan of a call that passed the checked path, made with `tensors` (the call's own
+    arguments, None where an output was left to allocate). like: the View of an input tensor (its
+    device); allocs: {position: (shape, dtype name)} of the outputs the call allocates when not
+    given; need: the workspace bytes it allocates when none is given; skip: positions whose pointer
+    the checked path did not write for these arguments."""
+    if like.framework != "torch":
         return
+    k = key(site, tensors, scalars)
+    if k is None:
+        return
+    torch = sys.modules.get("torch")  # imported where anything is to be allocated (the checked path allocated it)
+    p = Plan()
+    p.site = site
+    p.args = bytes(args)
+    p.offsets = tuple(-1 if f is None or i in skip else -2 if f == WORKSPACE else _offset(type(args), f)
+                      for i, f in enumerate(site.fields))
+    device = getattr(like.obj, "device", None)
+    p.allocs = [None] * len(tensors)
+    for i, (shape, dtype) in (allocs or {}).items():
+        if tensors[i] is None:
+            p.allocs[i] = ((tuple(shape),), {"dtype": getattr(torch, _TORCH_ALLOC[dtype]), "device": device})
+    p.ws_bytes, p.need = 0, need
+    if WORKSPACE in site.fields:
+        w = site.fields.index(WORKSPACE)
+        if tensors[w] is not None:
+            from ._tensors import view
+
+            p.ws_bytes = view(tensors[w], "", "workspace").nbytes_span
+        elif need:
+            p.allocs[w] = (((need,),), {"dtype": torch.uint8, "device": device})
+    p.allocs = tuple(p.allocs)
+    p.device_index = like.device
+    p.fn = getattr(_lib.lib(), site.call)
+    if _ext is not None and isinstance(p.fn, ctypes._CFuncPtr):  # a library function (tests pass Python ones)
+        _configure()
+        sig = tuple(None if x is None else (type(x),) + s for x, s in zip(tensors, k[1]))
+        if _ext.remember(site.index, (sig, scalars, p.offsets, p.allocs, site.results, p.args,
+                                      ctypes.cast(p.fn, ctypes.c_void_p).value, WORKSPACE in site.fields, p.ws_bytes,
+                                      need, p.device_index)):
+            return
+    # what _run walks: (position, 8-byte word) of each pointer field, (position, shape, kwargs) of each
+    # allocation, the workspace's position
+    assert all(off % 8 == 0 for off in p.offsets if off >= 0), "a pointer field off its 8-byte alignment"
+    p.ptr_words = tuple((i, off // 8) for i, off in enumerate(p.offsets) if off >= 0)
+    p.alloc_list = tuple((i, a[0][0], a[1]) for i, a in enumerate(p.allocs) if a is not None)
+    p.ws_pos = site.fields.index(WORKSPACE) if WORKSPACE in site.fields else -1
     if len(_plans) >= _MAX_PLANS:
         _plans.clear()
-    p = Plan()
-    p.args = type(args).from_buffer_copy(args)
-    p.need = need
-    p.ws_bytes = 0
-    if workspace is not None:
-        from ._tensors import view
-
-        p.ws_bytes = view(workspace, "", "workspace").nbytes_span
-    p.device = getattr(like.obj, "device", None)
-    p.device_index = like.device
-    p.outs = outs
-    p.call = getattr(_lib.lib(), call)
     _plans[k] = p
 
 
 def clear() -> None:
     _plans.clear()
+    if _ext is not None:
+        _ext.clear()
 
 
-def empty(p: Plan, i: int) -> Any:
-    """Output i of the plan, allocated as the checked path allocates it."""
-    torch = sys.modules["torch"]
-    shape, dtype = p.outs[i]
-    return torch.empty(shape, dtype=getattr(torch, _TORCH_ALLOC[dtype]), device=p.device)
-
-
-def ptr(x: Any) -> Optional[int]:
-    return None if x is None else (x.data_ptr() or None)
+def plan_count() -> int:
+    return len(_plans) + (_ext.count() if _ext is not None else 0)
 
 
 _raw_stream: Any = None  # torch._C._cuda_getCurrentRawStream, looked up once (False: this PyTorch lacks it)
 
 
-def stream_of(p: Plan, stream: Any) -> int:
+def current_stream(device_index: int) -> int:
     global _raw_stream
-    if stream is not None:
-        return stream_handle(stream)
-    if _raw_stream is None and "torch" in sys.modules:
+    if _raw_stream is None:
         _raw_stream = getattr(sys.modules["torch"]._C, "_cuda_getCurrentRawStream", False)
-    if _raw_stream and p.device_index is not None:
-        return _raw_stream(p.device_index)
-    return torch_current_stream(p.device_index)
+    return _raw_stream(device_index) if _raw_stream else torch_current_stream(device_index)
 
 
-def run(p: Plan, a: ctypes.Structure, workspace: Any, stream: Any, fail) -> None:
-    """The C call of a workspace-taking plan; fail(status) raises DsaError."""
-    keep = None
-    if workspace is None:
-        if p.need:
-            keep = sys.modules["torch"].empty((p.need,), dtype=sys.modules["torch"].uint8, device=p.device)
-            wp, wb = keep.data_ptr(), p.need
-        else:
-            wp, wb = 0, 0
+def _run(p: Plan, tensors: tuple, stream: Any) -> tuple:
+    ws_new = None
+    if p.alloc_list:
+        tensors = list(tensors)
+        empty = sys.modules["torch"].empty
+        for i, shape, kw in p.alloc_list:
+            tensors[i] = empty(shape, **kw)
+        if p.ws_pos >= 0 and p.allocs[p.ws_pos] is not None:
+            ws_new = tensors[p.ws_pos]
+    a = bytearray(p.args)
+    words = memoryview(a).cast("Q")  # every pointer field is 8-byte aligned (_offset's struct layouts)
+    for i, w in p.ptr_words:
+        x = tensors[i]
+        words[w] = 0 if x is None else x.data_ptr()
+    words.release()
+    s = current_stream(p.device_index) if stream is None else stream_handle(stream)
+    ref = _as_struct(p, a)
+    if p.ws_pos >= 0:
+        x = tensors[p.ws_pos]
+        wp = 0 if x is None else x.data_ptr()
+        status = p.fn(ref, wp or None, p.need if ws_new is not None else p.ws_bytes, s or None)
     else:
-        wp, wb = workspace.data_ptr(), p.ws_bytes
-    s = stream_of(p, stream)
-    status = p.call(ctypes.byref(a), wp or None, wb, s or None)
+        status = p.fn(ref, s or None)
     if status != _lib.DSA_OK:
-        fail(status)
-    if keep is not None and stream is not None:
-        torch_keep_for_stream(keep, s)
+        _fail(status)
+    if ws_new is not None and stream is not None:
+        torch_keep_for_stream(ws_new, s)
+    return tuple(tensors[i] for i in p.site.results)
 
 
-def run_no_workspace(p: Plan, a: ctypes.Structure, stream: Any, fail) -> None:
-    status = p.call(ctypes.byref(a), stream_of(p, stream) or None)
-    if status != _lib.DSA_OK:
-        fail(status)
+def _as_struct(p: Plan, a: bytearray) -> Any:
+    """The struct bytes as the C function's first argument (a char array where it declares none)."""
+    argtypes = getattr(p.fn, "argtypes", None)
+    return ctypes.byref(argtypes[0]._type_.from_buffer(a) if argtypes else (ctypes.c_char * len(a)).from_buffer(a))
+
+
+# ---- the extension ---------------------------------------------------------------------------------
+
+
+def _load_ext() -> Any:
+    """dsa._fastcall where built (the wheel; DSA_FASTCALL names a built one for a source tree), else
+    None. DSA_FASTCALL=0 turns it off."""
+    where = os.environ.get("DSA_FASTCALL")
+    if where == "0":
+        return None
+    if where:
+        loader = importlib.machinery.ExtensionFileLoader("dsa._fastcall", where)
+        spec = importlib.util.spec_from_file_location("dsa._fastcall", where, loader=loader)
+        mod = importlib.util.module_from_spec(spec)
+        loader.exec_module(mod)
+        return mod
+    try:
+        from . import _fastcall  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _fastcall
+
+
+_ext = _load_ext()
+_configured: Any = False  # torch.empty as last given to the extension (None: PyTorch was not imported then)
+
+
+def _configure() -> None:
+    """Gives the extension what it calls back: the stream getters, record_stream, the error raiser and
+    torch.empty (once PyTorch is imported)."""
+    global _configured
+    empty = getattr(sys.modules.get("torch"), "empty", None)
+    if _configured is False or (_configured is None and empty is not None):
+        raw = getattr(getattr(sys.modules.get("torch"), "_C", None), "_cuda_getCurrentRawStream", None)
+        _ext.configure(raw or current_stream, stream_handle, torch_keep_for_stream, lambda status: _fail(status), empty)
+        _configured = empty

@@ -310,66 +310,71 @@ class _Recorder:
         return call
 
 
-def _fast_cases():
+def _fast_cases(given=True):
     """Each public call that has a fast path, with FakeTorch arguments of one signature (new
-    pointers each time it is called); outputs and workspace given (no PyTorch here to allocate)."""
+    pointers each time it is called); outputs and workspace given, or (given=False) left to the
+    call to allocate (through a stand-in torch module: _fake_torch_module) on the current stream."""
     def t(shape, dtype, strides=None):
         return FakeTorch(shape, dtype, strides)
 
+    def o(shape, dtype, strides=None):
+        return FakeTorch(shape, dtype, strides) if given else None
+
+    s = 0 if given else None
     T, H, P = 3, 32, 64
     return {
         "topk": lambda: dsa.topk(t((4, 100), "float32"), topk=8, row_lens=t((4,), "int32"),
-                                 indices=t((4, 8), "int32"), lens=t((4,), "int32"),
-                                 workspace=t((8192,), "uint8"), stream=0),
+                                 indices=o((4, 8), "int32"), lens=o((4,), "int32"),
+                                 workspace=o((8192,), "uint8"), stream=s),
         "topk, strided rows, max_len": lambda: dsa.topk(t((4, 100), "float32", (128, 1)), topk=8, max_len=90,
-                                                        indices=t((4, 8), "int32"), lens=t((4,), "int32"),
-                                                        workspace=t((8192,), "uint8"), stream=0),
+                                                        indices=o((4, 8), "int32"), lens=o((4,), "int32"),
+                                                        workspace=o((8192,), "uint8"), stream=s),
         "sparse_mla, lse": lambda: dsa.sparse_mla(t((T, 16, 576), "bfloat16"), t((100, 656), "uint8"),
-                                                  t((T, 64), "int32"), softmax_scale=0.07, lens=t((T,), "int32"),
-                                                  out=t((T, 16, 512), "bfloat16"), lse=t((T, 16), "float32"),
-                                                  workspace=t((8192,), "uint8"), stream=0),
+                                                  t((T, 64), "int32"), softmax_scale=0.07, lens=o((T,), "int32"),
+                                                  out=o((T, 16, 512), "bfloat16"), lse=o((T, 16), "float32"),
+                                                  workspace=o((8192,), "uint8"), stream=s),
         "sparse_mla, bf16 KV": lambda: dsa.sparse_mla(t((T, 16, 576), "bfloat16"), t((100, 640), "bfloat16"),
                                                       t((T, 64), "int32"), softmax_scale=0.07, topk=40,
-                                                      out=t((T, 16, 512), "bfloat16"),
-                                                      workspace=t((8192,), "uint8"), stream=0),
+                                                      out=o((T, 16, 512), "bfloat16"),
+                                                      workspace=o((8192,), "uint8"), stream=s),
         "index_k_store": lambda: dsa.index_k_store(t((T, 128), "bfloat16"), t((T,), "int64"),
-                                                   t((4, P * 132), "uint8"), page_size=P, stream=0),
+                                                   t((4, P * 132), "uint8"), page_size=P, stream=s),
         "mla_kv_store": lambda: dsa.mla_kv_store(t((T, 576), "bfloat16"), t((T,), "int64"), t((50, 656), "uint8"),
-                                                 stream=0),
+                                                 stream=s),
         "indexer_decode": lambda: dsa.indexer_decode(
             t((T, H, 128), "float8_e4m3fn"), t((T, H), "float32"), t((10, P * 132), "uint8"), t((T,), "int32"),
             t((T, 5), "int32"), topk=64, softmax_scale=0.1, q_scale=t((T, H), "float32"), page_size=P,
-            topk_indices=t((T, 64), "int32"), topk_lens=t((T,), "int32"), workspace=t((8192,), "uint8"),
-            stream=0),
+            topk_indices=o((T, 64), "int32"), topk_lens=o((T,), "int32"), workspace=o((8192,), "uint8"),
+            stream=s),
         "indexer_prefill": lambda: dsa.indexer_prefill(
             t((T, H, 128), "bfloat16"), t((T, H), "bfloat16"), t((10, P * 132), "uint8"), t((640,), "int64"),
             t((T,), "int32"), t((T,), "int32"), topk=64, softmax_scale=0.1, page_size=P,
-            output_global_slots=True, topk_indices=t((T, 64), "int32"), topk_lens=t((T,), "int32"),
-            workspace=t((8192,), "uint8"), stream=0),
+            output_global_slots=True, topk_indices=o((T, 64), "int32"), topk_lens=o((T,), "int32"),
+            workspace=o((8192,), "uint8"), stream=s),
         "indexer_decode_scores": lambda: dsa.indexer_decode_scores(
             t((T, H, 128), "float8_e4m3fn"), t((T, H), "float32"), t((10, P * 132), "uint8"), t((T,), "int32"),
             t((T, 5), "int32"), softmax_scale=0.1, q_scale=t((T, H), "float32"), page_size=P, max_seq_len=300,
-            skip_short_rows=True, scores=t((T, 300), "float32"), stream=0),
+            skip_short_rows=True, scores=o((T, 300), "float32"), stream=s),
         "indexer_prefill_scores, strided scores": lambda: dsa.indexer_prefill_scores(
             t((T, H, 128), "bfloat16"), t((T, H), "bfloat16"), t((10, P * 132), "uint8"), t((640,), "int64"),
             t((T,), "int32"), t((T,), "int32"), softmax_scale=0.1, page_size=P, max_rows=600,
-            scores=t((T, 600), "float32", (700, 1)), stream=0),
+            scores=o((T, 600), "float32", (700, 1)), stream=s),
         "cp_candidates": lambda: dsa.cp_candidates(
             t((T, 500), "float32"), t((T, 64), "int32"), world_size=4, rank=1, layout="blocks", block=1000,
-            max_len=400, row_offsets=t((T,), "int32"), cand_scores=t((T, 64), "float32"),
-            cand_ids=t((T, 64), "int32"), stream=0),
+            max_len=400, row_offsets=t((T,), "int32"), cand_scores=o((T, 64), "float32"),
+            cand_ids=o((T, 64), "int32"), stream=s),
         "topk_merge": lambda: dsa.topk_merge(t((4, T, 64), "float32"), t((4, T, 64), "int32"), topk=32,
-                                             indices=t((T, 32), "int32"), lens=t((T,), "int32"), stream=0),
+                                             indices=o((T, 32), "int32"), lens=o((T,), "int32"), stream=s),
         "cp_local_indices, decode": lambda: dsa.cp_local_indices(
             t((T, 64), "int32"), world_size=2, rank=1, block_table=t((T, 5), "int32"), page_size=P, num_pages=10,
-            out_slots=t((T, 64), "int32"), stream=0),
+            out_slots=o((T, 64), "int32"), stream=s),
         "cp_local_indices, prefill, compact": lambda: dsa.cp_local_indices(
             t((T, 64), "int32"), world_size=2, rank=0, layout="blocks", block=300,
-            workspace_slots=t((640,), "int64"), compact=True, out_slots=t((T, 64), "int32"),
-            out_lens=t((T,), "int32"), stream=0),
+            workspace_slots=t((640,), "int64"), compact=True, out_slots=o((T, 64), "int32"),
+            out_lens=o((T,), "int32"), stream=s),
         "lse_combine": lambda: dsa.lse_combine(t((2, T, 16, 512), "float32"), t((2, T, 16), "float32"),
-                                               out=t((T, 16, 512), "bfloat16"), lse=t((T, 16), "float32"),
-                                               stream=0),
+                                               out=o((T, 16, 512), "bfloat16"), lse=o((T, 16), "float32"),
+                                               stream=s),
     }
 
 
@@ -396,7 +401,7 @@ def test_fast_path_passes_c_what_the_checked_path_does(recorder, case):
     rec = recorder
     make = _fast_cases()[case]
     make()  # checked path, leaves the plan
-    assert len(_fast._plans) == 1, "no plan was left"
+    assert _fast.plan_count() == 1, "no plan was left"
     # the same call twice more with fresh FakeTorch objects: once through the plan, once checked
     state = Fake._next
     make()  # through the plan
@@ -410,6 +415,128 @@ def test_fast_path_passes_c_what_the_checked_path_does(recorder, case):
     assert fast_call[2] == slow_call[2], (fast_call[2], slow_call[2])
 
 
+class _CRecorder:
+    """libdsa's calls replaced by tests/support/fastcall_recorder.c: C functions (which dsa._fastcall
+    calls as it calls the library's) with the library's argument types, that keep the last call's
+    struct bytes, workspace and stream; the workspace queries answer 4096."""
+
+    def __init__(self, path):
+        self.so = ctypes.CDLL(path)
+        self.fns = {}
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if name not in self.fns:
+            if name in _lib._CALLS:
+                atype, takes_ws = _lib._CALLS[name]
+                extra = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p) if takes_ws else (ctypes.c_void_p,)
+                proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(atype), *extra)
+                f = proto(ctypes.cast(self.so.rec_call_workspace if takes_ws else self.so.rec_call,
+                                      ctypes.c_void_p).value)
+                f.size = ctypes.sizeof(atype)
+            elif name in _lib._WS_QUERIES:
+                f = self.so.rec_workspace_size
+            elif name == "dsa_last_error":
+                f = lambda: b"recorded failure"  # noqa: E731
+            else:
+                raise AttributeError(name)
+            self.fns[name] = f
+        f = self.fns[name]
+        if hasattr(f, "size"):
+            self.so.rec_expect(ctypes.c_size_t(f.size))  # the struct this call passes (see rec_expect)
+        return f
+
+    def last(self):
+        buf = (ctypes.c_ubyte * 1024)()
+        ws, wb, st = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_void_p()
+        n = self.so.rec_last(buf, ctypes.byref(ws), ctypes.byref(wb), ctypes.byref(st))
+        return n, bytes(buf), ws.value, wb.value, st.value
+
+
+def _fake_torch_module():
+    """Enough of a torch module for the calls to allocate FakeTorch outputs and ask for the current
+    stream (0x5000) through it."""
+    import types
+
+    m = types.ModuleType("torch")
+    m.Tensor = FakeTorch
+    for name in ("bfloat16", "float32", "int32", "int64", "uint8"):
+        setattr(m, name, name)
+    m.empty = lambda shape, dtype, device: FakeTorch(shape, dtype)
+    m._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda index: 0x5000)
+    m.cuda = types.SimpleNamespace(current_device=lambda: 0)
+    return m
+
+
+@pytest.fixture(params=["fastcall", "python"])
+def c_recorder(request, monkeypatch):
+    """The C recorder in place of libdsa, a stand-in torch module, and the fast path of one
+    implementation: dsa._fastcall (skipped where it is not built) or dsa/_fast.py's Python."""
+    from dsa import _fast
+
+    path = os.environ.get("DSA_TEST_RECORDER")
+    if not path:
+        pytest.skip("DSA_TEST_RECORDER is not set (CTest sets it to the built tests/support/fastcall_recorder.c)")
+    if request.param == "fastcall" and _fast._ext is None:
+        pytest.skip("dsa._fastcall is not built here (DSA_FASTCALL names a built one)")
+    if request.param == "python":
+        monkeypatch.setattr(_fast, "_ext", None)
+    rec = _CRecorder(path)
+    monkeypatch.setattr(_lib, "lib", lambda: rec)
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch_module())
+    monkeypatch.setattr(_fast, "_raw_stream", None)
+    _fast.clear()
+    _fast._configured = False
+    yield rec
+    _fast.clear()
+    _fast._configured = False  # the extension was given the stand-in's torch.empty: the next plan gives it again
+
+
+@pytest.mark.parametrize("given", [True, False], ids=["given", "allocated"])
+@pytest.mark.parametrize("case", sorted(_fast_cases()))
+def test_fast_path_calls_c_as_the_checked_path_does(c_recorder, case, given):
+    """As test_fast_path_passes_c_what_the_checked_path_does, through a C function (what the
+    extension calls) and with outputs and workspace given or allocated: a plan left by the first
+    call, then the struct bytes, workspace and stream C receives through it equal the checked
+    path's for the same tensors, and the call returns what the checked path returns."""
+    from dsa import _fast
+
+    rec = c_recorder
+    make = _fast_cases(given)[case]
+    make()  # checked path, leaves the plan
+    assert _fast.plan_count() == 1, "no plan was left"
+    n0 = rec.last()[0]
+    state = Fake._next
+    got_fast = make()  # through the plan
+    fast = rec.last()
+    assert fast[0] == n0 + 1, "the plan did not call C"
+    Fake._next = state  # the same pointers again (the allocations too: made in the same order)
+    _fast.clear()
+    got_slow = make()  # checked
+    slow = rec.last()
+    assert fast[1:] == slow[1:], "argument structs, workspace or stream differ"
+    ptrs = lambda r: None if r is None else tuple(x.data_ptr() for x in r) if isinstance(r, tuple) else r.data_ptr()
+    assert ptrs(got_fast) == ptrs(got_slow)
+    if not given:
+        assert fast[4] == 0x5000, "not the current stream"
+
+
+def test_fast_path_failure_raises_dsa_error(c_recorder):
+    """A C call that fails through the plan raises DsaError with its status and the library's
+    message, as the checked path does."""
+    rec = c_recorder
+    make = _fast_cases()["sparse_mla, lse"]
+    make()  # the plan
+    rec.so.rec_fail_with(_lib.DSA_ERR_MISALIGNED)
+    try:
+        with pytest.raises(dsa.DsaError, match="recorded failure") as e:
+            make()
+        assert e.value.status == _lib.DSA_ERR_MISALIGNED
+    finally:
+        rec.so.rec_fail_with(0)
+
+
 def test_fast_path_is_keyed_by_signature(recorder):
     from dsa import _fast
 
@@ -417,14 +544,14 @@ def test_fast_path_is_keyed_by_signature(recorder):
     for rows in (4, 5, 4):
         dsa.topk(FakeTorch((rows, 100), "float32"), topk=8, indices=FakeTorch((rows, 8), "int32"),
                  lens=FakeTorch((rows,), "int32"), workspace=ws, stream=0)
-    assert len(_fast._plans) == 2
+    assert _fast.plan_count() == 2
     # a signature the checked path rejects leaves no plan, and is rejected again
     for _ in range(2):
         with pytest.raises(dsa.DsaArgumentError):
             dsa.topk(FakeTorch((4, 100), "int32"), topk=8, indices=FakeTorch((4, 8), "int32"),
                      lens=FakeTorch((4,), "int32"), workspace=ws, stream=0)
-    assert len(_fast._plans) == 2
+    assert _fast.plan_count() == 2
     # a non-PyTorch argument takes the checked path (no plan)
     dsa.topk(Fake((4, 100), F32), topk=8, indices=Fake((4, 8), I32), lens=Fake((4,), I32),
              workspace=Fake((8192,), U8), stream=0)
-    assert len(_fast._plans) == 2
+    assert _fast.plan_count() == 2

@@ -469,3 +469,70 @@ def test_cp_pieces_match_one_gpu_top_k_and_attention_math():
     rel = ((out.double() - ref).norm() / ref.norm()).item()
     assert rel < 1e-2, rel
     assert torch.allclose(lse.double(), torch.logsumexp(logits, -1), atol=1e-5, rtol=1e-6)
+
+
+@pytest.fixture(params=["fastcall", "python"])
+def fast_impl(request, monkeypatch):
+    """One implementation of the fast path for repeated calls (dsa/_fast.py): the dsa._fastcall
+    extension (skipped where it is not built) or the Python one; no plan before or after."""
+    from dsa import _fast
+
+    if request.param == "fastcall" and _fast._ext is None:
+        pytest.skip("dsa._fastcall is not built here")
+    if request.param == "python":
+        monkeypatch.setattr(_fast, "_ext", None)
+    _fast.clear()
+    yield _fast
+    _fast.clear()
+
+
+def test_fast_path_repeats_the_checked_call(fast_impl):
+    """Each call run twice on the same inputs — first through the checked path (which leaves a
+    plan), then through the plan — gives the same outputs, bit for bit: outputs and workspace
+    allocated, given, and on a stream passed explicitly (its allocated workspace recorded there)."""
+    _fast = fast_impl
+    g = gen(95)
+    H_I, H, R, K, pages = 32, 16, 2, 512, 40
+    c = PagedIndexK(pages, 96)
+    kv_rows = torch.randn(pages * P, 576, device=DEV, generator=g).to(torch.bfloat16)
+    kv_cache = torch.zeros(pages * P, 656, dtype=torch.uint8, device=DEV)
+    dsa.mla_kv_store(kv_rows, torch.arange(pages * P, device=DEV), kv_cache)
+    bt = torch.stack([torch.randperm(pages, device=DEV, generator=g)[:30] for _ in range(R)]).to(torch.int32)
+    seq = torch.tensor([1500, 1900], dtype=torch.int32, device=DEV)
+    q_i, q_scale, w = make_query(R, H_I, True, 97)
+    q = torch.randn(R, H, 576, device=DEV, generator=g).to(torch.bfloat16)
+    scores = torch.randn(R, 3000, device=DEV, generator=g)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    idx_given = torch.empty(R, K, dtype=torch.int32, device=DEV)
+    lens_given = torch.empty(R, dtype=torch.int32, device=DEV)
+    calls = {
+        "indexer_decode": lambda: dsa.indexer_decode(q_i, w, c.cache, seq, bt, topk=K, softmax_scale=0.05,
+                                                     q_scale=q_scale),
+        "indexer_decode_scores": lambda: dsa.indexer_decode_scores(q_i, w, c.cache, seq, bt, softmax_scale=0.05,
+                                                                   q_scale=q_scale),
+        "topk, given": lambda: dsa.topk(scores, topk=K, indices=idx_given, lens=lens_given),
+        "topk, side stream": lambda: dsa.topk(scores, topk=K, stream=side),
+        "sparse_mla": lambda: dsa.sparse_mla(q, kv_cache, idx_given, lens=lens_given, softmax_scale=0.06,
+                                             return_lse=True),
+        "lse_combine": lambda: dsa.lse_combine(torch.stack([q[..., :512]] * 2), torch.zeros(2, R, H, device=DEV)),
+    }
+    for name, call in calls.items():
+        _fast.clear()
+        first = call()
+        assert _fast.plan_count() == 1, f"{name}: no plan"
+        first = tuple(x.clone() for x in (first if isinstance(first, tuple) else (first,)))
+        again = call()
+        again = again if isinstance(again, tuple) else (again,)
+        side.synchronize()
+        torch.cuda.synchronize()
+        assert len(first) == len(again)
+        for i, (a, b) in enumerate(zip(first, again)):
+            assert a.shape == b.shape and a.dtype == b.dtype, f"{name}: output {i}"
+            assert torch.equal(a, b), f"{name}: output {i} differs through the plan"
+    # the writers: the same rows into fresh caches, checked path then plan
+    caches = [torch.zeros_like(kv_cache) for _ in range(2)]
+    for cache in caches:
+        dsa.mla_kv_store(kv_rows[:100], torch.arange(100, device=DEV) * 3, cache)
+    torch.cuda.synchronize()
+    assert torch.equal(caches[0], caches[1])
