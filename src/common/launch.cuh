@@ -55,9 +55,11 @@ static cudaError_t dsa_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, s
 }
 
 /* Per kernel (a static at each launch site): the dynamic shared-memory limit set so far on each
- * device, 0 = not yet. */
+ * device, 0 = not yet; and the last occupancy asked of it on each device (cooperative launches):
+ * smem << 32 | threads a block << 16 | CTAs an SM + 1, 0 = none. */
 typedef struct {
   std::atomic<int> limit[64];
+  std::atomic<unsigned long long> occupancy[64];
 } dsa_smem_cache;
 
 /* Raises a kernel's dynamic shared-memory limit when it needs more than the default 48 KB — once per
@@ -97,10 +99,33 @@ static cudaError_t dsa_launch_smem(void (*kernel)(KArgs...), dsa_smem_cache *cac
   return dsa_launch_smem_cluster(kernel, cache, grid, block, smem, stream, programmatic, 0u, args...);
 }
 
+/* CTAs of `kernel` an SM can hold with `threads` a block and `smem` bytes (the occupancy calculator,
+ * a host computation in the driver), asked once per kernel, device and shape: the launch site's
+ * cache keeps the last answer of each device (a decode step asks the same shape every layer). */
+template <typename... KArgs>
+static cudaError_t dsa_occupancy(void (*kernel)(KArgs...), dsa_smem_cache *cache, int threads, size_t smem,
+                                 int *per_sm) {
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  std::atomic<unsigned long long> *slot = dev >= 0 && dev < 64 ? &cache->occupancy[dev] : nullptr;
+  const unsigned long long shape = (unsigned long long)smem << 32 | (unsigned long long)(threads & 0xffff) << 16;
+  if (slot && smem <= 0xffffffffu) {
+    const unsigned long long got = slot->load(std::memory_order_relaxed);
+    if (got != 0 && (got & ~0xffffull) == shape) {
+      *per_sm = (int)(got & 0xffff) - 1;
+      return cudaSuccess;
+    }
+  }
+  if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, kernel, threads, smem)) != cudaSuccess) return err;
+  if (slot && smem <= 0xffffffffu && *per_sm >= 0 && *per_sm < 0xffff)
+    slot->store(shape | (unsigned long long)(*per_sm + 1), std::memory_order_relaxed);
+  return cudaSuccess;
+}
+
 /* A cooperative launch of a kernel that may need more than 48 KB (the limit set once, as above) on a
  * device of `sms` SMs (the caller's cached count, host/device.c). *resident: whether `grid` can be
- * resident at once (the occupancy calculator, a host computation); when it cannot, nothing is
- * launched (cudaSuccess). */
+ * resident at once (dsa_occupancy); when it cannot, nothing is launched (cudaSuccess). */
 template <typename... KArgs, typename... Args>
 static cudaError_t dsa_launch_smem_cooperative(void (*kernel)(KArgs...), dsa_smem_cache *cache, dim3 grid, dim3 block,
                                                size_t smem, cudaStream_t stream, int sms, bool *resident,
@@ -109,9 +134,7 @@ static cudaError_t dsa_launch_smem_cooperative(void (*kernel)(KArgs...), dsa_sme
   cudaError_t err = dsa_set_smem(kernel, smem, cache, false);
   if (err != cudaSuccess) return err;
   int per_sm = 0;
-  if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (int)(block.x * block.y * block.z), smem)) !=
-      cudaSuccess)
-    return err;
+  if ((err = dsa_occupancy(kernel, cache, (int)(block.x * block.y * block.z), smem, &per_sm)) != cudaSuccess) return err;
   if ((long long)per_sm * sms < (long long)grid.x * grid.y * grid.z) return cudaSuccess;
   *resident = true;
   return dsa_launch_attrs(kernel, grid, block, smem, stream, false, 0u, true, static_cast<Args &&>(args)...);
