@@ -43,7 +43,11 @@ def main():
     b = torch.randn(16, device=DEV)
     c = torch.empty(16, device=DEV)
     rows = [("torch.add (16 floats)", per_call_us(lambda: torch.add(a, b))),
-            ("torch.add (16 floats, out=)", per_call_us(lambda: torch.add(a, b, out=c)))]
+            ("torch.add (16 floats, out=)", per_call_us(lambda: torch.add(a, b, out=c))),
+            # what each output or workspace a call allocates costs at least (the caching allocator)
+            ("torch.empty (1, 2048) int32", per_call_us(lambda: torch.empty((1, 2048), dtype=torch.int32, device=DEV))),
+            ("torch.empty (1, 16, 512) bf16",
+             per_call_us(lambda: torch.empty((1, 16, 512), dtype=torch.bfloat16, device=DEV)))]
 
     # one request, 8k context: the decode step's calls
     S = 8192
