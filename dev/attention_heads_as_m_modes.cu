@@ -6,7 +6,10 @@
  * consumers only release tiles; 4 = no producer work, the producer publishes the row slots of tiles
  * it never writes (the consumers alone); 8 = FP8 QK with every k-step an f16 wgmma (the rope's four
  * too: what mixing bf16 and f16 wgmmas in one accumulation costs; scores wrong); 16 = FP8 converted
- * without the scale multiply (what the HMUL2s cost; values wrong)) and SM-clock stamps of CTA 0, chunks < 32: 0 full seen, 1 QK done,
+ * without the scale multiply (what the HMUL2s cost; values wrong); 32 = FP8 converted and multiplied
+ * but the latent dims not stored (what the tile stores cost); 64 = the stores without the conversion
+ * (the e4m3 bytes stored as they are: what the conversion costs beside them); 128 = the rope not
+ * rescaled in place (its shared-memory read-modify-write)) and SM-clock stamps of CTA 0, chunks < 32: 0 full seen, 1 QK done,
  * 2 softmax done, 3 P free, 4 P stored, 5 PV done (warpgroup 0); 6 full seen, 7 P ready, 8 PV done
  * (warpgroup 1); 9 tile free, 10 chunk published, 11 FP8: rows converted (producer). Keep the copies
  * in step with the library's when it changes. Times each mode for a few shapes (events around 20
@@ -93,6 +96,20 @@ __device__ __forceinline__ void hmx_store_fp8_unscaled(uint32_t addr, uint32_t o
                    odd_first ? o[3] : o[7]);
 }
 
+/* mode 32: the conversion and its multiply without the stores (the f16 words folded into sink) */
+__device__ __forceinline__ void hmx_convert_only(uint4 v, uint32_t mult, uint32_t &sink) {
+  uint32_t o[8];
+  hm_e4m3x16_to_f16(v, mult, o);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) sink ^= o[i];
+}
+
+/* mode 64: the two stores without the conversion (the e4m3 bytes stored as they are) */
+__device__ __forceinline__ void hmx_store_raw(uint32_t addr, uint32_t off_first, uint32_t off_second, uint4 v) {
+  ptx_st_shared_v4(addr + off_first, v.x, v.y, v.z, v.w);
+  ptx_st_shared_v4(addr + off_second, v.w, v.z, v.y, v.x);
+}
+
 /* mode 8: hm_qk_tile with every k-step an f16 wgmma */
 __device__ __forceinline__ void hmx_qk_tile_f16(float (&s)[32], float (&o)[128], const hm_ctx &x, uint32_t kv_u32) {
   const uint64_t dq = ptx_wgmma_desc(x.q_u32, 128, HM_RG), dk = ptx_wgmma_desc_sw128(kv_u32, 16, 1024);
@@ -164,6 +181,7 @@ __device__ __forceinline__ void hmx_produce_fp8(const hm_params &p, const int32_
     }
     ptx_cp_async_commit();
     uint32_t fq[4]; /* 2^-K_r of each of this lane's rows, bf16x2 */
+    uint32_t sink = 0; /* mode 32 */
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const int r = 16 * w + 4 * q + r4;
@@ -189,7 +207,11 @@ __device__ __forceinline__ void hmx_produce_fp8(const hm_params &p, const int32_
       const bool odd_first = pl >= 4;
 #pragma unroll
       for (int j = 0; j < 4; ++j)
-        if (mode & 16)
+        if (mode & 64)
+          hmx_store_raw(addr + 2 * j * HM_SEG, odd_first ? off_o : off_e, odd_first ? off_e : off_o, pay[q][j]);
+        else if (mode & 32)
+          hmx_convert_only(pay[q][j], __shfl_sync(0xffffffffu, mult_mine, (lane & 0x18) | j), sink);
+        else if (mode & 16)
           hmx_store_fp8_unscaled(addr + 2 * j * HM_SEG, odd_first ? off_o : off_e, odd_first ? off_e : off_o, odd_first,
                                  pay[q][j]);
         else
@@ -206,10 +228,12 @@ __device__ __forceinline__ void hmx_produce_fp8(const hm_params &p, const int32_
       nslot[q] = pslot[q];
       pslot[q] = mla_entry_raw(idx_row, (c + 3) * HM_ROWS + 16 * w + 4 * q + r4, end); /* checked when used */
     }
+    if (mode & 32) /* the conversion kept live: one word a lane (its row's first chunk) */
+      ptx_st_shared_v4(tile + hm_tile_off(16 * w + r4, pl), sink, sink, sink, sink);
     STAMP(c, 11);
     ptx_cp_async_wait<0>();
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
+    for (int q = 0; q < 4 && !(mode & 128); ++q) {
       const uint32_t a = tile + hm_tile_off(16 * w + 4 * q + r4, 64 + pl);
       const uint4 v = ptx_ld_shared_v4(a); /* bf16 x 2^-K_r: exact */
       ptx_st_shared_v4(a, ptx_mul_bf16x2(v.x, fq[q]), ptx_mul_bf16x2(v.y, fq[q]), ptx_mul_bf16x2(v.z, fq[q]),
@@ -442,7 +466,8 @@ static void run(int fp8, int T, int H) {
     int mode;
     const char *name;
   } modes[] = {{0, "full kernel"},      {1, "no row loads"},     {2, "no MMA / softmax"},
-               {4, "no producer work"}, {8, "QK all f16 (FP8)"}, {16, "no scale multiply"}};
+               {4, "no producer work"}, {8, "QK all f16 (FP8)"}, {16, "no scale multiply"},
+               {32, "convert, no stores"}, {64, "stores, no convert"}, {128, "no rope rescale"}};
   for (size_t m = 0; m < sizeof modes / sizeof modes[0]; ++m) {
     if (!fp8 && modes[m].mode >= 8) continue;
     CK(cudaMemcpyToSymbol(g_mode, &modes[m].mode, sizeof(int)));
