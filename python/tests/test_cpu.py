@@ -81,6 +81,9 @@ class FakeTorch:
     def is_contiguous(self):  # torch's rule (strides of size-1 dims do not matter), as dsa's View has it
         return _tensors.View(0, self.shape, self._strides, "bf16", "", None).is_contiguous()
 
+    def record_stream(self, stream):  # what the caching allocator is told (_fake_torch_module's streams)
+        self.recorded = getattr(self, "recorded", ()) + (stream,)
+
 
 FakeTorch.__module__ = "torch"
 
@@ -463,10 +466,22 @@ def _fake_torch_module():
     m.Tensor = FakeTorch
     for name in ("bfloat16", "float32", "int32", "int64", "uint8"):
         setattr(m, name, name)
-    m.empty = lambda shape, dtype, device: FakeTorch(shape, dtype)
+    m.made = []  # every tensor allocated through it
+
+    def empty(shape, dtype, device):
+        m.made.append(FakeTorch(shape, dtype))
+        return m.made[-1]
+
+    m.empty = empty
     m._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda index: 0x5000)
-    m.cuda = types.SimpleNamespace(current_device=lambda: 0)
+    m.cuda = types.SimpleNamespace(current_device=lambda: 0, ExternalStream=lambda handle, device: ("stream", handle))
     return m
+
+
+class _FakeStream:
+    """A torch.cuda.Stream as dsa reads one: its handle."""
+
+    cuda_stream = 0x7000
 
 
 @pytest.fixture(params=["fastcall", "python"])
@@ -520,6 +535,26 @@ def test_fast_path_calls_c_as_the_checked_path_does(c_recorder, case, given):
     assert ptrs(got_fast) == ptrs(got_slow)
     if not given:
         assert fast[4] == 0x5000, "not the current stream"
+
+
+def test_fast_path_on_a_stream_passed_records_its_workspace(c_recorder):
+    """stream= a Stream object: the plan passes its handle to C, and the workspace it allocated (on
+    the current stream) is recorded on that stream, as the checked path does."""
+    from dsa import _fast
+
+    rec = c_recorder
+    call = lambda: dsa.topk(FakeTorch((4, 100), "float32"), topk=8, stream=_FakeStream())  # noqa: E731
+    got = [call(), None]
+    assert _fast.plan_count() == 1
+    first = rec.last()
+    got[1] = call()  # through the plan
+    fast = rec.last()
+    assert fast[0] == first[0] + 1 and fast[4] == first[4] == 0x7000
+    assert fast[3] == first[3] == 4096  # the workspace bytes the query answered
+    # the workspaces (not returned: found by the pointer C received), each recorded on the stream
+    made = {x.data_ptr(): x for x in sys.modules["torch"].made}
+    for ws in (first[2], fast[2]):
+        assert getattr(made[ws], "recorded", None) == (("stream", 0x7000),)
 
 
 def test_fast_path_failure_raises_dsa_error(c_recorder):
