@@ -573,6 +573,14 @@ def test_fast_path_failure_raises_dsa_error(c_recorder):
 
 
 def test_fast_path_is_keyed_by_signature(recorder):
+    check_fast_path_is_keyed_by_signature()
+
+
+def test_fast_path_is_keyed_by_signature_in_c(c_recorder):
+    check_fast_path_is_keyed_by_signature()
+
+
+def check_fast_path_is_keyed_by_signature():
     from dsa import _fast
 
     ws = FakeTorch((8192,), "uint8")
