@@ -172,15 +172,13 @@ if(Python3_FOUND)
   endif()
   add_executable(dsa_abi_dump tests/support/abi_dump.c)
   target_include_directories(dsa_abi_dump PRIVATE include)
-  add_library(dsa_fastcall_recorder SHARED tests/support/fastcall_recorder.c)
   set(_dsa_fastcall_env DSA_FASTCALL=0)
   if(TARGET dsa_fastcall)
     set(_dsa_fastcall_env DSA_FASTCALL=$<TARGET_FILE:dsa_fastcall>)
   endif()
   add_test(NAME dsa.python
            COMMAND ${CMAKE_COMMAND} -E env PYTHONPATH=${PROJECT_SOURCE_DIR}/python DSA_LIBRARY=$<TARGET_FILE:dsa>
-                   DSA_ABI_DUMP=$<TARGET_FILE:dsa_abi_dump> ${_dsa_fastcall_env}
-                   DSA_TEST_RECORDER=$<TARGET_FILE:dsa_fastcall_recorder> PYTHONDONTWRITEBYTECODE=1
+                   DSA_ABI_DUMP=$<TARGET_FILE:dsa_abi_dump> ${_dsa_fastcall_env} PYTHONDONTWRITEBYTECODE=1
                    ${DSA_PYTEST_PYTHON} -m pytest -q -p no:cacheprovider ${PROJECT_SOURCE_DIR}/python/tests)
 else()
   message(WARNING "dsa: no Python 3 interpreter: the Python package's tests are not registered")

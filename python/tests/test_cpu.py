@@ -40,18 +40,18 @@ F32, I32, I64, U8 = "<f4", "<i4", "<i8", "|u1"
 
 
 class _FakeDevice:
-    def __init__(self, kind):
-        self.type, self.index = kind, 0
+    def __init__(self, kind, index=0):
+        self.type, self.index = kind, index
 
     def __str__(self):
-        return f"{self.type}:0"
+        return f"{self.type}:{self.index}"
 
 
 class FakeTorch:
     """Looks like a torch.Tensor to dsa (module 'torch': data_ptr, dtype, stride, device, is_cuda,
     get_device, is_contiguous): lets bf16 arguments be faked without PyTorch. Never dereferenced."""
 
-    def __init__(self, shape, dtype="bfloat16", strides=None, device="cuda"):
+    def __init__(self, shape, dtype="bfloat16", strides=None, device="cuda", index=0):
         self.shape = tuple(shape)
         self.dtype = f"torch.{dtype}"
         if strides is None:
@@ -63,7 +63,7 @@ class FakeTorch:
         self._strides = tuple(strides)
         self._ptr = Fake._next
         Fake._next += 1 << 32
-        self.device = _FakeDevice(device)
+        self.device = _FakeDevice(device, index)
 
     def data_ptr(self):
         return self._ptr
@@ -419,42 +419,51 @@ def test_fast_path_passes_c_what_the_checked_path_does(recorder, case):
 
 
 class _CRecorder:
-    """libdsa's calls replaced by tests/support/fastcall_recorder.c: C functions (which dsa._fastcall
-    calls as it calls the library's) with the library's argument types, that keep the last call's
-    struct bytes, workspace and stream; the workspace queries answer 4096."""
+    """libdsa's calls replaced by C-callable functions made with ctypes (CFUNCTYPE thunks, which
+    dsa._fastcall calls as it calls the library's), with the library's argument types: each keeps the
+    last call's struct bytes, workspace and stream; the workspace queries answer 4096; a call fails
+    with `status` when it is set."""
 
-    def __init__(self, path):
-        self.so = ctypes.CDLL(path)
+    def __init__(self):
         self.fns = {}
+        self.calls = 0
+        self.last_call = None
+        self.status = 0
 
     def __getattr__(self, name):
-        if name.startswith("__"):
+        if name.startswith("__") or name in ("fns", "calls", "last_call", "status"):
             raise AttributeError(name)
         if name not in self.fns:
             if name in _lib._CALLS:
                 atype, takes_ws = _lib._CALLS[name]
                 extra = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p) if takes_ws else (ctypes.c_void_p,)
                 proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(atype), *extra)
-                f = proto(ctypes.cast(self.so.rec_call_workspace if takes_ws else self.so.rec_call,
-                                      ctypes.c_void_p).value)
-                f.size = ctypes.sizeof(atype)
+
+                def record(args, *rest, size=ctypes.sizeof(atype), takes_ws=takes_ws):
+                    ws, wb, st = rest if takes_ws else (None, 0, rest[0])
+                    self.last_call = (ctypes.string_at(ctypes.addressof(args.contents), size), ws, wb, st)
+                    self.calls += 1
+                    return self.status
+
+                f = proto(record)
             elif name in _lib._WS_QUERIES:
-                f = self.so.rec_workspace_size
+                proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_lib._WS_QUERIES[name]),
+                                         ctypes.POINTER(ctypes.c_size_t))
+
+                def query(args, out):
+                    out[0] = 4096
+                    return 0
+
+                f = proto(query)
             elif name == "dsa_last_error":
                 f = lambda: b"recorded failure"  # noqa: E731
             else:
                 raise AttributeError(name)
             self.fns[name] = f
-        f = self.fns[name]
-        if hasattr(f, "size"):
-            self.so.rec_expect(ctypes.c_size_t(f.size))  # the struct this call passes (see rec_expect)
-        return f
+        return self.fns[name]
 
     def last(self):
-        buf = (ctypes.c_ubyte * 1024)()
-        ws, wb, st = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_void_p()
-        n = self.so.rec_last(buf, ctypes.byref(ws), ctypes.byref(wb), ctypes.byref(st))
-        return n, bytes(buf), ws.value, wb.value, st.value
+        return (self.calls,) + self.last_call
 
 
 def _fake_torch_module():
@@ -469,11 +478,11 @@ def _fake_torch_module():
     m.made = []  # every tensor allocated through it
 
     def empty(shape, dtype, device):
-        m.made.append(FakeTorch(shape, dtype))
+        m.made.append(FakeTorch(shape, dtype, index=device.index))
         return m.made[-1]
 
     m.empty = empty
-    m._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda index: 0x5000)
+    m._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda index: 0x5000 + index)
     m.cuda = types.SimpleNamespace(current_device=lambda: 0, ExternalStream=lambda handle, device: ("stream", handle))
     return m
 
@@ -490,14 +499,11 @@ def c_recorder(request, monkeypatch):
     implementation: dsa._fastcall (skipped where it is not built) or dsa/_fast.py's Python."""
     from dsa import _fast
 
-    path = os.environ.get("DSA_TEST_RECORDER")
-    if not path:
-        pytest.skip("DSA_TEST_RECORDER is not set (CTest sets it to the built tests/support/fastcall_recorder.c)")
     if request.param == "fastcall" and _fast._ext is None:
         pytest.skip("dsa._fastcall is not built here (DSA_FASTCALL names a built one)")
     if request.param == "python":
         monkeypatch.setattr(_fast, "_ext", None)
-    rec = _CRecorder(path)
+    rec = _CRecorder()
     monkeypatch.setattr(_lib, "lib", lambda: rec)
     monkeypatch.setitem(sys.modules, "torch", _fake_torch_module())
     monkeypatch.setattr(_fast, "_raw_stream", None)
@@ -557,19 +563,69 @@ def test_fast_path_on_a_stream_passed_records_its_workspace(c_recorder):
         assert getattr(made[ws], "recorded", None) == (("stream", 0x7000),)
 
 
+def test_fast_path_tells_signatures_apart(c_recorder):
+    """Calls that differ from a base call in one thing each — a stride, a dtype, a shape, a scalar, an
+    optional argument given or not, the device, outputs given or allocated — each with a plan, then
+    called in random order among all those plans: C receives, every time, what the checked path
+    passes for the same tensors (so no plan serves a signature it was not made for)."""
+    import random
+
+    from dsa import _fast
+
+    rec = c_recorder
+
+    def topk(cols=100, extra=0, k=8, max_len=None, row_lens=False, dev=0, given=True):
+        def make():
+            t = lambda shape, dtype, strides=None: FakeTorch(shape, dtype, strides, index=dev)  # noqa: E731
+            return dsa.topk(t((4, cols), "float32", (cols + extra, 1)), topk=k, max_len=max_len,
+                            row_lens=t((4,), "int32") if row_lens else None,
+                            indices=t((4, k), "int32") if given else None, lens=t((4,), "int32") if given else None,
+                            workspace=t((8192,), "uint8") if given else None, stream=None)
+        return make
+
+    def mla(H=16, kv="fp8", k=None, want_lse=False, lens=False, dev=0, given=True):
+        def make():
+            t = lambda shape, dtype="bfloat16", strides=None: FakeTorch(shape, dtype, strides, index=dev)  # noqa: E731
+            cache = {"fp8": lambda: t((100, 656), "uint8"), "bf16": lambda: t((100, 576)),
+                     "bf16 strided": lambda: t((100, 576), "bfloat16", (640, 1))}[kv]()
+            return dsa.sparse_mla(t((3, H, 576)), cache, t((3, 64), "int32"), softmax_scale=0.07, topk=k,
+                                  lens=t((3,), "int32") if lens else None, out=t((3, H, 512)) if given else None,
+                                  lse=t((3, H), "float32") if given and want_lse else None, return_lse=want_lse,
+                                  workspace=t((8192,), "uint8") if given else None, stream=None)
+        return make
+
+    calls = [topk(), topk(extra=28), topk(cols=120), topk(k=16), topk(max_len=90), topk(row_lens=True), topk(dev=1),
+             topk(given=False), mla(), mla(H=64), mla(kv="bf16"), mla(kv="bf16 strided"), mla(k=40),
+             mla(want_lse=True), mla(lens=True), mla(dev=1), mla(given=False), mla(want_lse=True, given=False)]
+    for make in calls:
+        make()
+    assert _fast.plan_count() == len(calls), "two of these calls shared a plan"
+    rng = random.Random(20261205)
+    seen = []  # (call, pointer and allocation state before it, what C got)
+    for _ in range(200):
+        make = rng.choice(calls)
+        state, made = Fake._next, len(sys.modules["torch"].made)
+        make()
+        seen.append((make, state, made, rec.last()[1:]))
+    assert _fast.plan_count() == len(calls), "a repeated signature made a new plan"
+    for make, state, made, got in seen:  # each again through the checked path, with the same pointers
+        _fast.clear()
+        Fake._next = state
+        del sys.modules["torch"].made[made:]
+        make()
+        assert rec.last()[1:] == got, "a plan passed C what the checked path does not"
+
+
 def test_fast_path_failure_raises_dsa_error(c_recorder):
     """A C call that fails through the plan raises DsaError with its status and the library's
     message, as the checked path does."""
     rec = c_recorder
     make = _fast_cases()["sparse_mla, lse"]
     make()  # the plan
-    rec.so.rec_fail_with(_lib.DSA_ERR_MISALIGNED)
-    try:
-        with pytest.raises(dsa.DsaError, match="recorded failure") as e:
-            make()
-        assert e.value.status == _lib.DSA_ERR_MISALIGNED
-    finally:
-        rec.so.rec_fail_with(0)
+    rec.status = _lib.DSA_ERR_MISALIGNED
+    with pytest.raises(dsa.DsaError, match="recorded failure") as e:
+        make()
+    assert e.value.status == _lib.DSA_ERR_MISALIGNED
 
 
 def test_fast_path_is_keyed_by_signature(recorder):
