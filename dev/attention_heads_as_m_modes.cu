@@ -9,7 +9,9 @@
  * without the scale multiply (what the HMUL2s cost; values wrong); 32 = FP8 converted and multiplied
  * but the latent dims not stored (what the tile stores cost); 64 = the stores without the conversion
  * (the e4m3 bytes stored as they are: what the conversion costs beside them); 128 = the rope not
- * rescaled in place (its shared-memory read-modify-write)) and SM-clock stamps of CTA 0, chunks < 32: 0 full seen, 1 QK done,
+ * rescaled in place (its shared-memory read-modify-write); 256 = only half the rows converted and
+ * stored (each CTA's share of the conversion in a 2-CTA pair, without the pair's exchange)) and
+ * SM-clock stamps of CTA 0, chunks < 32: 0 full seen, 1 QK done,
  * 2 softmax done, 3 P free, 4 P stored, 5 PV done (warpgroup 0); 6 full seen, 7 P ready, 8 PV done
  * (warpgroup 1); 9 tile free, 10 chunk published, 11 FP8: rows converted (producer). Keep the copies
  * in step with the library's when it changes. Times each mode for a few shapes (events around 20
@@ -207,7 +209,9 @@ __device__ __forceinline__ void hmx_produce_fp8(const hm_params &p, const int32_
       const bool odd_first = pl >= 4;
 #pragma unroll
       for (int j = 0; j < 4; ++j)
-        if (mode & 64)
+        if ((mode & 256) && q >= 2) /* half the rows converted: what a 2-CTA pair would leave each CTA */
+          ;
+        else if (mode & 64)
           hmx_store_raw(addr + 2 * j * HM_SEG, odd_first ? off_o : off_e, odd_first ? off_e : off_o, pay[q][j]);
         else if (mode & 32)
           hmx_convert_only(pay[q][j], __shfl_sync(0xffffffffu, mult_mine, (lane & 0x18) | j), sink);
@@ -467,7 +471,8 @@ static void run(int fp8, int T, int H) {
     const char *name;
   } modes[] = {{0, "full kernel"},      {1, "no row loads"},     {2, "no MMA / softmax"},
                {4, "no producer work"}, {8, "QK all f16 (FP8)"}, {16, "no scale multiply"},
-               {32, "convert, no stores"}, {64, "stores, no convert"}, {128, "no rope rescale"}};
+               {32, "convert, no stores"}, {64, "stores, no convert"}, {128, "no rope rescale"},
+               {256, "half the rows"}};
   for (size_t m = 0; m < sizeof modes / sizeof modes[0]; ++m) {
     if (!fp8 && modes[m].mode >= 8) continue;
     CK(cudaMemcpyToSymbol(g_mode, &modes[m].mode, sizeof(int)));
