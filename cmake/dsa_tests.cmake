@@ -180,6 +180,14 @@ if(Python3_FOUND)
            COMMAND ${CMAKE_COMMAND} -E env PYTHONPATH=${PROJECT_SOURCE_DIR}/python DSA_LIBRARY=$<TARGET_FILE:dsa>
                    DSA_ABI_DUMP=$<TARGET_FILE:dsa_abi_dump> ${_dsa_fastcall_env} PYTHONDONTWRITEBYTECODE=1
                    ${DSA_PYTEST_PYTHON} -m pytest -q -p no:cacheprovider ${PROJECT_SOURCE_DIR}/python/tests)
+  if(TARGET dsa-dev-cudart-noop AND NOT DSA_STATIC_CUDART)
+    # libdsa over a CUDA runtime that does nothing and counts (dev/cudart_noop.c): a repeated call asks no
+    # occupancy and sets no attribute again, and launches (and memsets) at most twice
+    add_test(NAME dsa.host_runtime_calls
+             COMMAND ${CMAKE_COMMAND} -E env LD_LIBRARY_PATH=$<TARGET_FILE_DIR:dsa-dev-cudart-noop>
+                     PYTHONPATH=${PROJECT_SOURCE_DIR}/python DSA_LIBRARY=$<TARGET_FILE:dsa> DSA_FASTCALL=0
+                     PYTHONDONTWRITEBYTECODE=1 ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/dev/host_call_cost.py --check)
+  endif()
 else()
   message(WARNING "dsa: no Python 3 interpreter: the Python package's tests are not registered")
 endif()

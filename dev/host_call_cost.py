@@ -11,6 +11,10 @@ what a call costs before its C function. From the build directory's parent:
 
     LD_LIBRARY_PATH=build/dev-cudart-noop DSA_LIBRARY=build/libdsa.so \\
         DSA_FASTCALL=build/_fastcall.abi3.so PYTHONPATH=python python3 dev/host_call_cost.py
+
+With --check (CTest's dsa.host_runtime_calls): no timing; exits 1 unless every repeated call makes
+no occupancy query and sets no function attribute (what is asked once per kernel stays asked once)
+and at most two launches and memsets in all.
 """
 
 import ctypes
@@ -158,7 +162,7 @@ def python_part(noop_path):
     _lib.lib = real_lib
 
 
-def main():
+def main(check=False):
     rt = ctypes.CDLL("libcudart.so.13")
     if not hasattr(rt, "dsa_noop_counts"):
         sys.exit("host_call_cost: libcudart.so.13 is not dev/cudart_noop.c's: put build/dev-cudart-noop first on "
@@ -168,6 +172,7 @@ def main():
     print(f"dsa {dsa.version()} over a no-op CUDA runtime: each call's own host time (less a no-op C call through "
           f"ctypes), and the runtime calls of a repeated call")
     ext, _fast._ext = _fast._ext, None  # plans readable from Python
+    bad = []
     for name, make in CALLS.items():
         _fast.clear()
         make()
@@ -181,10 +186,17 @@ def main():
         p.fn(*args)
         rt.dsa_noop_counts(counts)
         made = ", ".join(f"{c - b} {what}" for what, b, c in zip(COUNTERS, before, counts) if c - b)
-        own = best_us(lambda: p.fn(*args)) - best_us(lambda: noop(*args))
+        d = [c - b for b, c in zip(before, counts)]
+        if d[2] or d[3] or d[0] + d[1] > 2:
+            bad.append(f"{name}: {made}")
+        own = 0.0 if check else best_us(lambda: p.fn(*args)) - best_us(lambda: noop(*args))
         print(f"  {name:32s} {own:6.3f} us   {made}")
     _fast._ext = ext
     _fast.clear()
+    if check:
+        for b in bad:
+            print("host_call_cost --check: a repeated call's runtime calls:", b)
+        sys.exit(1 if bad else 0)
     noop_path = next(str(d / "libcudart.so.13") for d in map(pathlib.Path, os.environ["LD_LIBRARY_PATH"].split(":"))
                      if (d / "libcudart.so.13").exists())
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
@@ -196,4 +208,4 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--python"]:
         python_part(sys.argv[2])
     else:
-        main()
+        main(check=sys.argv[1:2] == ["--check"])
