@@ -12,8 +12,8 @@ anything else, or a signature not seen before, takes the checked one.
 Two implementations of the same plans: the extension module ``dsa._fastcall`` (python/ext/
 fastcall.c: signatures compared and pointers written in C, the C function called without ctypes),
 built into the wheel; and this module's Python, where the extension is absent (a source tree whose
-Python had no headers to build it). test_cpu.py checks, call by call and for both, that the struct
-C receives is the same byte for byte as the checked path's.
+Python had no headers to build it) or turned off (DSA_FASTCALL=0). test_cpu.py checks, call by call
+and for both, that the struct C receives is the same byte for byte as the checked path's.
 """
 
 from __future__ import annotations
