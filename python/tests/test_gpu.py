@@ -521,6 +521,7 @@ def test_fast_path_repeats_the_checked_call(fast_impl):
         _fast.clear()
         first = call()
         assert _fast.plan_count() == 1, f"{name}: no plan"
+        torch.cuda.synchronize()  # every stream (the side stream's call too) before the copies
         first = tuple(x.clone() for x in (first if isinstance(first, tuple) else (first,)))
         again = call()
         again = again if isinstance(again, tuple) else (again,)
@@ -531,8 +532,10 @@ def test_fast_path_repeats_the_checked_call(fast_impl):
             assert a.shape == b.shape and a.dtype == b.dtype, f"{name}: output {i}"
             assert torch.equal(a, b), f"{name}: output {i} differs through the plan"
     # the writers: the same rows into fresh caches, checked path then plan
+    _fast.clear()
     caches = [torch.zeros_like(kv_cache) for _ in range(2)]
     for cache in caches:
         dsa.mla_kv_store(kv_rows[:100], torch.arange(100, device=DEV) * 3, cache)
+    assert _fast.plan_count() == 1
     torch.cuda.synchronize()
     assert torch.equal(caches[0], caches[1])
