@@ -290,7 +290,7 @@ def indexer_decode_workspace_size(q: Any, weights: Any, index_k_cache: Any, seq_
 
 
 # Each call's fast-path layout (dsa/_fast.py): its tensor arguments' struct fields, its results.
-_INDEXER_DECODE = _fast.Site("indexer_decode", "dsa_indexer_decode",
+_INDEXER_DECODE = _fast.Site("dsa_indexer_decode",
                              ("query.q", "query.weights", "cache.data", "seq_lens", "block_table", "query.q_scale",
                               "topk_indices", "topk_lens", _fast.WORKSPACE), results=(6, 7))
 
@@ -329,7 +329,7 @@ def indexer_decode(q: Any, weights: Any, index_k_cache: Any, seq_lens: Any, bloc
     return topk_indices, topk_lens
 
 
-_INDEXER_DECODE_SCORES = _fast.Site("indexer_decode_scores", "dsa_indexer_decode_scores",
+_INDEXER_DECODE_SCORES = _fast.Site("dsa_indexer_decode_scores",
                                     ("decode.query.q", "decode.query.weights", "decode.cache.data", "decode.seq_lens",
                                      "decode.block_table", "decode.query.q_scale", "scores"), results=(6,))
 
@@ -405,7 +405,7 @@ def indexer_prefill_workspace_size(q: Any, weights: Any, index_k_cache: Any, kv_
     return _ws_bytes("dsa_indexer_prefill_workspace_size", a)
 
 
-_INDEXER_PREFILL = _fast.Site("indexer_prefill", "dsa_indexer_prefill",
+_INDEXER_PREFILL = _fast.Site("dsa_indexer_prefill",
                               ("query.q", "query.weights", "cache.data", "kv_workspace_slots", "row_starts",
                                "row_ends", "query.q_scale", "topk_indices", "topk_lens", _fast.WORKSPACE), results=(7, 8))
 
@@ -443,7 +443,7 @@ def indexer_prefill(q: Any, weights: Any, index_k_cache: Any, kv_workspace_slots
     return topk_indices, topk_lens
 
 
-_INDEXER_PREFILL_SCORES = _fast.Site("indexer_prefill_scores", "dsa_indexer_prefill_scores",
+_INDEXER_PREFILL_SCORES = _fast.Site("dsa_indexer_prefill_scores",
                                      ("prefill.query.q", "prefill.query.weights", "prefill.cache.data",
                                       "prefill.kv_workspace_slots", "prefill.row_starts", "prefill.row_ends",
                                       "prefill.query.q_scale", "scores"), results=(7,))
@@ -504,7 +504,7 @@ def topk_workspace_size(scores: Any, *, topk: int, row_lens: Any = None, max_len
     return _ws_bytes("dsa_topk_workspace_size", a)
 
 
-_TOPK = _fast.Site("topk", "dsa_topk", ("scores", "row_lens", "indices", "lens", _fast.WORKSPACE), results=(2, 3))
+_TOPK = _fast.Site("dsa_topk", ("scores", "row_lens", "indices", "lens", _fast.WORKSPACE), results=(2, 3))
 
 
 def topk(scores: Any, *, topk: int, row_lens: Any = None, max_len: Optional[int] = None, indices: Any = None,
@@ -589,7 +589,7 @@ def sparse_mla_workspace_size(q: Any, kv_cache: Any, indices: Any, *, softmax_sc
     return _ws_bytes("dsa_sparse_mla_workspace_size", a)
 
 
-_SPARSE_MLA = _fast.Site("sparse_mla", "dsa_sparse_mla", ("q", "kv_cache", "indices", "lens", "out", "lse", _fast.WORKSPACE),
+_SPARSE_MLA = _fast.Site("dsa_sparse_mla", ("q", "kv_cache", "indices", "lens", "out", "lse", _fast.WORKSPACE),
                          results=(4, 5))
 
 
@@ -629,8 +629,8 @@ def sparse_mla(q: Any, kv_cache: Any, indices: Any, *, softmax_scale: float, len
 # ---- cache writers --------------------------------------------------------------------------------
 
 
-_INDEX_K_STORE = _fast.Site("index_k_store", "dsa_index_k_store", ("k", "slot_mapping", "cache"))
-_MLA_KV_STORE = _fast.Site("mla_kv_store", "dsa_mla_kv_store", ("kv", "slot_mapping", "cache"))
+_INDEX_K_STORE = _fast.Site("dsa_index_k_store", ("k", "slot_mapping", "cache"))
+_MLA_KV_STORE = _fast.Site("dsa_mla_kv_store", ("kv", "slot_mapping", "cache"))
 
 
 def index_k_store(k: Any, slot_mapping: Any, index_k_cache: Any, *, page_size: int = 64, stream: Any = None) -> None:
@@ -701,12 +701,12 @@ def _shard(fn: str, world_size: int, rank: int, layout: str, block: int) -> "_li
     return s
 
 
-_CP_CANDIDATES = _fast.Site("cp_candidates", "dsa_cp_candidates",
+_CP_CANDIDATES = _fast.Site("dsa_cp_candidates",
                             ("scores", "local_indices", "row_offsets", "cand_scores", "cand_ids"), results=(3, 4))
-_TOPK_MERGE = _fast.Site("topk_merge", "dsa_topk_merge", ("cand_scores", "cand_ids", "indices", "lens"), results=(2, 3))
-_CP_LOCAL_INDICES = _fast.Site("cp_local_indices", "dsa_cp_local_indices",
+_TOPK_MERGE = _fast.Site("dsa_topk_merge", ("cand_scores", "cand_ids", "indices", "lens"), results=(2, 3))
+_CP_LOCAL_INDICES = _fast.Site("dsa_cp_local_indices",
                                ("indices", "block_table", "workspace_slots", "out_slots", "out_lens"), results=(3, 4))
-_LSE_COMBINE = _fast.Site("lse_combine", "dsa_lse_combine", ("outs", "lses", "out", "lse"), results=(2, 3))
+_LSE_COMBINE = _fast.Site("dsa_lse_combine", ("outs", "lses", "out", "lse"), results=(2, 3))
 
 
 def cp_candidates(scores: Any, local_indices: Any, *, world_size: int, rank: int, layout: str = "round_robin",

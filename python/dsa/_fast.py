@@ -40,10 +40,10 @@ class Site:
     passes them) the struct field its pointer goes to ("a.b" for a nested struct, WORKSPACE, or None
     for none); results: the arguments the call returns (given or allocated), by position."""
 
-    __slots__ = ("tag", "index", "call", "fields", "results")
+    __slots__ = ("index", "call", "fields", "results")
 
-    def __init__(self, tag: str, call: str, fields: tuple, results: tuple = ()):
-        self.tag, self.call, self.fields, self.results = tag, call, fields, results
+    def __init__(self, call: str, fields: tuple, results: tuple = ()):
+        self.call, self.fields, self.results = call, fields, results
         self.index = len(_sites)
         _sites.append(self)
 
@@ -131,7 +131,7 @@ def remember(site: Site, tensors: tuple, scalars: tuple, args: ctypes.Structure,
     p.allocs = tuple(p.allocs)
     p.device_index = like.device
     p.fn = getattr(_lib.lib(), site.call)
-    if _ext is not None and isinstance(p.fn, ctypes._CFuncPtr):  # a library function (tests pass Python ones)
+    if _ext is not None:
         _configure()
         sig = tuple(None if x is None else (type(x),) + s for x, s in zip(tensors, k[1]))
         if _ext.remember(site.index, (sig, scalars, p.offsets, p.allocs, site.results, p.args,
@@ -162,11 +162,17 @@ def plan_count() -> int:
 _raw_stream: Any = None  # torch._C._cuda_getCurrentRawStream, looked up once (False: this PyTorch lacks it)
 
 
-def current_stream(device_index: int) -> int:
+def raw_stream_getter() -> Any:
+    """torch._C._cuda_getCurrentRawStream (device index -> handle), or False where PyTorch lacks it."""
     global _raw_stream
     if _raw_stream is None:
         _raw_stream = getattr(sys.modules["torch"]._C, "_cuda_getCurrentRawStream", False)
-    return _raw_stream(device_index) if _raw_stream else torch_current_stream(device_index)
+    return _raw_stream
+
+
+def current_stream(device_index: int) -> int:
+    raw = raw_stream_getter()
+    return raw(device_index) if raw else torch_current_stream(device_index)
 
 
 def _run(p: Plan, tensors: tuple, stream: Any) -> tuple:
@@ -200,9 +206,8 @@ def _run(p: Plan, tensors: tuple, stream: Any) -> tuple:
 
 
 def _as_struct(p: Plan, a: bytearray) -> Any:
-    """The struct bytes as the C function's first argument (a char array where it declares none)."""
-    argtypes = getattr(p.fn, "argtypes", None)
-    return ctypes.byref(argtypes[0]._type_.from_buffer(a) if argtypes else (ctypes.c_char * len(a)).from_buffer(a))
+    """The struct bytes as the C function's first argument."""
+    return ctypes.byref(p.fn.argtypes[0]._type_.from_buffer(a))
 
 
 # ---- the extension ---------------------------------------------------------------------------------
@@ -237,6 +242,6 @@ def _configure() -> None:
     global _configured
     empty = getattr(sys.modules.get("torch"), "empty", None)
     if _configured is False or (_configured is None and empty is not None):
-        raw = getattr(getattr(sys.modules.get("torch"), "_C", None), "_cuda_getCurrentRawStream", None)
+        raw = empty is not None and raw_stream_getter()
         _ext.configure(raw or current_stream, stream_handle, torch_keep_for_stream, lambda status: _fail(status), empty)
         _configured = empty
