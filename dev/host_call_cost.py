@@ -32,40 +32,12 @@ S, P, K, HI, H = 8192, 64, 2048, 32, 16  # 8k context, 64-key pages, topk, index
 PAGES = S // P
 
 
-class FakeTensor:
-    """Looks like a contiguous CUDA torch.Tensor to dsa's checked path (never dereferenced)."""
-
-    _next = 1 << 32
-
-    def __init__(self, shape, dtype="bfloat16"):
-        self.shape, self.dtype = tuple(shape), f"torch.{dtype}"
-        st, acc = [], 1
-        for n in reversed(self.shape):
-            st.append(acc)
-            acc *= n
-        self._strides = tuple(reversed(st))
-        self._ptr, FakeTensor._next = FakeTensor._next, FakeTensor._next + (1 << 32)
-        self.device = type("Device", (), {"type": "cuda", "index": 0, "__str__": lambda s: "cuda:0"})()
-        self.is_cuda = True
-
-    def data_ptr(self):
-        return self._ptr
-
-    def stride(self):
-        return self._strides
-
-    def get_device(self):
-        return 0
-
-    def is_contiguous(self):
-        return True
-
-
-FakeTensor.__module__ = "torch"
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "python" / "tests"))
+from fake_arrays import FakeTorch  # noqa: E402  (test_cpu.py's: looks like a CUDA torch.Tensor)
 
 
 def t(shape, dtype="bfloat16"):
-    return FakeTensor(shape, dtype)
+    return FakeTorch(shape, dtype)
 
 
 CALLS = {
