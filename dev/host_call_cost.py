@@ -86,6 +86,10 @@ def python_part(noop_path):
 
     class NoopLib:  # the library's functions, each the no-op with the library's argument types
         def __getattr__(self, name):
+            if name in _lib._WS_QUERIES:  # the checked path's workspace queries (torch.ops): 4096 bytes
+                proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_lib._WS_QUERIES[name]),
+                                         ctypes.POINTER(ctypes.c_size_t))
+                return proto(lambda args, out: out.__setitem__(0, 4096) or 0)
             atype, takes_ws = _lib._CALLS[name]
             extra = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p) if takes_ws else (ctypes.c_void_p,)
             return ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(atype), *extra)(noop4)
@@ -131,7 +135,45 @@ def python_part(noop_path):
             print(f"  {impl:9s} {name:28s} {best_us(call, N // 2):6.2f} us")
     _fast._ext = ext
     _fast.clear()
+    torch_ops_part(torch, (q, kv, idx, lens), sc, (kvr, slot, kv), base)
     _lib.lib = real_lib
+
+
+def torch_ops_part(torch, mla, scores, store, base):
+    """torch.ops.dsa's host cost a call (outputs allocated, as the operators do), C a no-op: each
+    operator registered for CPU tensors in a namespace of this script's, with its C kernel
+    (python/ext/torch_op.c) and with its Python function as the kernel (what PyTorch < 2.11 or
+    DSA_TORCH_OPS=python gets)."""
+    import dsa.ops as ops
+    from dsa import _tensors
+
+    if not ops._C_KERNELS:
+        print("(no C kernels for torch.ops here: dsa._fastcall not built, or PyTorch < 2.11)")
+        return
+    _tensors._torch_view = lambda x: _tensors.View(x.data_ptr(), tuple(x.shape), x.stride(),
+                                                   _tensors._TORCH_DTYPES[str(x.dtype)], "torch", 0, x, x,
+                                                   x.is_contiguous())  # CPU tensors as device 0's
+    torch._C._cuda_getCurrentRawStream = lambda index: 0
+    _fast._raw_stream, _fast._configured = None, False  # the extension asks the stream of this getter
+    libs = {"c": torch.library.Library("dsa_cost_c", "DEF"), "py": torch.library.Library("dsa_cost_py", "DEF")}
+    for name in ("sparse_mla", "topk", "mla_kv_store"):
+        schema = str(getattr(torch.ops.dsa, name).default._schema)
+        schema = schema[schema.index("("):]
+        for lib in libs.values():
+            lib.define(name + schema)
+        assert ops.register_c_kernel(libs["c"], "dsa_cost_c", "CPU", getattr(ops, name), schema)
+        libs["py"].impl(name, getattr(ops, name).fn, "CPU")
+    print(f"\ntorch.ops.dsa, host part a call (CPU tensors, C a no-op, outputs allocated; torch.add {base:.2f} us):")
+    for ns in ("dsa_cost_c", "dsa_cost_py"):
+        o = getattr(torch.ops, ns)
+        rows = {"sparse_mla": lambda: o.sparse_mla.default(*mla[:3], 0.1, mla[3]),
+                "topk": lambda: o.topk.default(scores, K),
+                "mla_kv_store": lambda: o.mla_kv_store.default(*store)}
+        for name, call in rows.items():
+            _fast.clear()
+            call()  # the checked path, leaving the plan
+            kernel = "C kernel" if ns == "dsa_cost_c" else "Python kernel"
+            print(f"  {kernel:13s} {name:24s} {best_us(call, N // 2):6.2f} us")
 
 
 def main(check=False):

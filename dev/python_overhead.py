@@ -4,8 +4,9 @@ at most 1.5x a torch.add on a tiny tensor).
 For each public call (every one with a fast path: dsa/_fast.py) at a small shape (so the GPU keeps up and the loop measures the host), the wall
 time per call of N calls issued back to back, with outputs given (and workspace given) and with
 outputs allocated by the call, through each implementation of the fast path (the dsa._fastcall
-extension where it is built, and the Python one); beside it torch.add on 16 floats (output
-allocated, and out= given).
+extension where it is built, and the Python one); torch.ops.dsa's operators through their kernels
+(C where dsa.ops has C kernels: timed with the extension, whose plans they use); beside it
+torch.add on 16 floats (output allocated, and out= given).
 One synchronisation after each loop. Needs PyTorch and an sm_90 GPU; run from the repository root:
 
     PYTHONPATH=python python3 dev/python_overhead.py        # or with the wheel installed
@@ -105,7 +106,12 @@ def main():
          lambda: dsa.topk(scores, topk=K, indices=idx, lens=lens, workspace=ws_t)),
         ("sparse_mla", lambda: dsa.sparse_mla(q, kv_cache, idx, lens=lens, softmax_scale=0.1),
          lambda: dsa.sparse_mla(q, kv_cache, idx, lens=lens, softmax_scale=0.1, out=out, workspace=ws_a)),
-        ("torch.ops.dsa.sparse_mla", lambda: torch.ops.dsa.sparse_mla(q, kv_cache, idx, 0.1, lens), None),
+        ("torch.ops.dsa.sparse_mla", lambda: torch.ops.dsa.sparse_mla.default(q, kv_cache, idx, 0.1, lens), None),
+        ("torch.ops.dsa.topk", lambda: torch.ops.dsa.topk.default(scores, K), None),
+        ("torch.ops.dsa.indexer_decode",
+         lambda: torch.ops.dsa.indexer_decode.default(q_index, weights, index_k_cache, seq_lens, block_table, K, scale,
+                                                      q_scale), None),
+        ("torch.ops.dsa.mla_kv_store", lambda: torch.ops.dsa.mla_kv_store.default(kv, slot, kv_cache), None),
         ("indexer_decode_scores",
          lambda: dsa.indexer_decode_scores(q_index, weights, index_k_cache, seq_lens, block_table,
                                            softmax_scale=scale, q_scale=q_scale),
@@ -144,6 +150,8 @@ def main():
         _fast._ext = mod
         _fast.clear()
         for name, alloc, given in calls:
+            if name.startswith("torch.ops") and mod is None and dsa.ops._C_KERNELS:
+                continue  # the C kernels find only the extension's plans: timed with it
             timed.setdefault((name, False), {})[impl] = per_call_us(alloc)
             if given is not None:
                 timed.setdefault((name, True), {})[impl] = per_call_us(given)
@@ -160,7 +168,8 @@ def main():
         print(f"  {name:48s} {us:7.1f} us  {us / base:5.2f}x torch.add")
     for (name, given), by_impl in timed.items():
         label = (f"dsa.{name}" if not name.startswith("torch") else name) + (" (outputs, workspace given)" if given else "")
-        cells = "  ".join(f"{impl} {by_impl[impl]:6.1f} us {by_impl[impl] / base:5.2f}x" for impl in names)
+        cells = "  ".join(f"{impl} {by_impl[impl]:6.1f} us {by_impl[impl] / base:5.2f}x" for impl in names
+                          if impl in by_impl)
         c = c_only.get(name) if given else None
         print(f"  {label:48s} {cells}" + (f"   C {c:5.1f} us" if c else ""))
 

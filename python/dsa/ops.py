@@ -29,15 +29,27 @@ caching allocator).
 zeros unless compact. The workspace-size queries are host functions on shapes and stay in ``dsa``.
 Registered with torch.library.Library (define + impl, fakes by register_fake), not custom_op, for a
 lower host cost a call. Needs PyTorch >= 2.4; ``import dsa`` alone does not import PyTorch.
+
+Kernels in C: with the wheel's extension (dsa._fastcall) and PyTorch >= 2.11, every operator whose
+arguments are tensors and numbers gets a C kernel (python/ext/torch_op.c) through PyTorch's stable C
+ABI in place of its Python function: the dispatcher hands it the call's tensors as C handles, and a
+call whose signature the checked path has seen runs the library straight from C (outputs from
+PyTorch's caching allocator, PyTorch's current stream) with no Python. A new signature goes to the
+operator's checked twin, torch.ops.dsa._checked_NAME (the Python function, which remembers the
+signature's plan). A failure then raises RuntimeError with dsa's message (the class does not cross the
+C ABI). cp_candidates and cp_local_indices (a str argument) keep their Python kernels, as does every
+operator where the extension is absent or DSA_TORCH_OPS=python.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Optional, Tuple
 
 import torch
 
 import dsa
+from dsa import _fast
 
 __all__: list = []  # the operators live in torch.ops.dsa
 
@@ -52,10 +64,11 @@ if _infer_schema is None:  # PyTorch 2.4
 
 
 class _Op:
-    """An operator of torch.ops.dsa: its function (the CUDA kernel) and how to give it a fake."""
+    """An operator of torch.ops.dsa: its function (the CUDA kernel's Python form), how to give it a
+    fake, and where its C kernel takes its public call's arguments from (None: it has none)."""
 
-    def __init__(self, name: str, fn) -> None:
-        self.name, self.fn = name, fn
+    def __init__(self, name: str, fn, c_layout: Optional["_C"]) -> None:
+        self.name, self.fn, self.c_layout = name, fn, c_layout
 
     def __call__(self, *args, **kwargs):  # dsa.ops.NAME(...) is torch.ops.dsa.NAME(...)
         return getattr(torch.ops.dsa, self.name)(*args, **kwargs)
@@ -65,16 +78,95 @@ class _Op:
         return fake
 
 
-def _op(name: str, mutates: Tuple[str, ...] = ()):
+class _C:
+    """How an operator's C kernel lays its arguments out as its public call does (dsa/_fast.py: the
+    site's tensors and scalars, in the order dsa/__init__.py builds them): for each, the operator's
+    argument of that name, or None (a tensor the call allocates) or a constant (a scalar)."""
+
+    def __init__(self, site: "_fast.Site", tensors: tuple, scalars: tuple = ()) -> None:
+        self.site, self.tensors, self.scalars = site, tensors, scalars
+
+
+# A schema argument's type -> its kind for torch_op.c ('t' tensor, 'f' float, 'i' int or bool; upper
+# case: optional). Another type (str) leaves the operator without a C kernel.
+_KINDS = {"Tensor": "t", "Optional[Tensor]": "T", "float": "f", "Optional[float]": "F", "int": "i",
+          "Optional[int]": "I", "bool": "i", "Optional[bool]": "I"}
+
+
+def _c_kernels_usable() -> bool:
+    """Whether torch.ops.dsa's kernels can run in C: the extension, PyTorch >= 2.11 (the stable C ABI's
+    registration as tested), and not turned off by DSA_TORCH_OPS=python."""
+    if _fast._ext is None or os.environ.get("DSA_TORCH_OPS") == "python":
+        return False
+    try:
+        major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+    except ValueError:
+        return False
+    if (major, minor) < (2, 11):
+        return False
+    lib = os.path.join(os.path.dirname(torch.__file__), "lib")
+    cuda = os.path.join(lib, "libtorch_cuda.so")
+    return bool(_fast._ext.torch_setup(os.path.join(lib, "libtorch_cpu.so"), cuda if os.path.exists(cuda) else None))
+
+
+_C_KERNELS = _c_kernels_usable()
+
+
+def _checked_twin(fn, returns: int):
+    """The Python kernel a C kernel calls for a signature it has no plan for: fn, its failure handed
+    to the C kernel (which raises it) instead of raised into the dispatcher (which would only log
+    it), with placeholders for the results. Called otherwise, it raises as fn does."""
+
+    def checked(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001  (every failure goes back to the caller, as the C kernel raises it)
+            if not _fast._ext.torch_checked_failed(f"{type(e).__name__}: {e}"):
+                raise  # not called by its C kernel
+            if returns == 0:
+                return None
+            empty = tuple(torch.empty(0) for _ in range(returns))
+            return empty[0] if returns == 1 else empty
+
+    return checked
+
+
+def register_c_kernel(lib: torch.library.Library, ns: str, key: str, op: _Op, schema: str) -> bool:
+    """Registers op's C kernel as ns::NAME's for dispatch key `key`, and its checked twin
+    ns::_checked_NAME (defined here); False where op has none. ns::NAME must be defined with schema.
+    (dsa registers CUDA kernels; test_cpu.py the same for CPU tensors in a namespace of its own.)"""
+    lay = op.c_layout
+    if lay is None:
+        return False
+    parsed = torch._C.parse_schema(f"{ns}::{op.name}{schema}")
+    names = [a.name for a in parsed.arguments]
+    kinds = [_KINDS.get(str(a.type)) for a in parsed.arguments]
+    if None in kinds:
+        return False
+    assert all(lay.tensors[i] is None for i in lay.site.results), f"{op.name}: a result is an argument"
+    tensors = tuple(None if t is None else names.index(t) for t in lay.tensors)
+    scalars = tuple(("arg", names.index(x)) if isinstance(x, str) else ("const", x) for x in lay.scalars)
+    lib.define(f"_checked_{op.name}{schema}")
+    lib.impl(f"_checked_{op.name}", _checked_twin(op.fn, len(parsed.returns)), key)
+    _fast._ext.torch_register(ns, key, op.name, lay.site.index, "".join(kinds), tensors, scalars,
+                              f"{ns}::_checked_{op.name}")
+    return True
+
+
+def _op(name: str, mutates: Tuple[str, ...] = (), c: Optional[_C] = None):
     """Registers fn as dsa::name straight on the dispatcher, as vLLM's direct_register_custom_op does:
-    the schema inferred from its annotations (mutates: the arguments it writes), fn the CUDA kernel.
-    An eager call then costs one dispatch into fn: torch.ops.dsa.sparse_mla 5.2x a torch.add, against
-    10.7x through torch.library.custom_op (dev/python_overhead.py, H200 machine, 2026-12-05)."""
+    the schema inferred from its annotations (mutates: the arguments it writes); the CUDA kernel the C
+    one where there is one (c: its layout; see above), else fn. An eager call through fn costs one
+    dispatch into Python: torch.ops.dsa.sparse_mla 5.2x a torch.add, against 10.7x through
+    torch.library.custom_op (dev/python_overhead.py, H200 machine, 2026-12-05)."""
 
     def wrap(fn) -> _Op:
-        _LIB.define(name + _infer_schema(fn, mutates_args=mutates))
-        _LIB.impl(name, fn, "CUDA")
-        return _Op(name, fn)
+        schema = _infer_schema(fn, mutates_args=mutates)
+        _LIB.define(name + schema)
+        op = _Op(name, fn, c)
+        if not (_C_KERNELS and register_c_kernel(_LIB, "dsa", "CUDA", op, schema)):
+            _LIB.impl(name, fn, "CUDA")
+        return op
 
     return wrap
 
@@ -92,7 +184,8 @@ def _prefill_max_len(kv_workspace_slots: torch.Tensor, max_rows: int) -> int:
 # ---- cache writers ------------------------------------------------------------------------------
 
 
-@_op("index_k_store", ("index_k_cache",))
+@_op("index_k_store", ("index_k_cache",),
+     _C(dsa._INDEX_K_STORE, ("k", "slot_mapping", "index_k_cache"), ("page_size",)))
 def index_k_store(k: torch.Tensor, slot_mapping: torch.Tensor, index_k_cache: torch.Tensor,
                   page_size: int = 64) -> None:
     dsa.index_k_store(k, slot_mapping, index_k_cache, page_size=page_size)
@@ -103,7 +196,7 @@ def _(k, slot_mapping, index_k_cache, page_size=64):
     return None
 
 
-@_op("mla_kv_store", ("kv_cache",))
+@_op("mla_kv_store", ("kv_cache",), _C(dsa._MLA_KV_STORE, ("kv", "slot_mapping", "kv_cache")))
 def mla_kv_store(kv: torch.Tensor, slot_mapping: torch.Tensor, kv_cache: torch.Tensor) -> None:
     dsa.mla_kv_store(kv, slot_mapping, kv_cache)
 
@@ -116,7 +209,9 @@ def _(kv, slot_mapping, kv_cache):
 # ---- indexer ----------------------------------------------------------------------------------------
 
 
-@_op("indexer_decode")
+@_op("indexer_decode", c=_C(dsa._INDEXER_DECODE,
+                            ("q", "weights", "index_k_cache", "seq_lens", "block_table", "q_scale", None, None, None),
+                            ("topk", "softmax_scale", "page_size", "q_len_per_req", "max_seq_len", "workspace_limit")))
 def indexer_decode(q: torch.Tensor, weights: torch.Tensor, index_k_cache: torch.Tensor, seq_lens: torch.Tensor,
                    block_table: torch.Tensor, topk: int, softmax_scale: float, q_scale: Optional[torch.Tensor] = None,
                    page_size: int = 64, q_len_per_req: int = 1, max_seq_len: int = 0,
@@ -133,7 +228,10 @@ def _(q, weights, index_k_cache, seq_lens, block_table, topk, softmax_scale, q_s
     return q.new_empty((T, topk), dtype=_I32), q.new_empty((T,), dtype=_I32)
 
 
-@_op("indexer_decode_scores")
+@_op("indexer_decode_scores", c=_C(dsa._INDEXER_DECODE_SCORES,
+                                   ("q", "weights", "index_k_cache", "seq_lens", "block_table", "q_scale", None),
+                                   ("softmax_scale", "page_size", "q_len_per_req", "max_seq_len", "topk",
+                                    "skip_short_rows")))
 def indexer_decode_scores(q: torch.Tensor, weights: torch.Tensor, index_k_cache: torch.Tensor,
                           seq_lens: torch.Tensor, block_table: torch.Tensor, softmax_scale: float,
                           q_scale: Optional[torch.Tensor] = None, page_size: int = 64, q_len_per_req: int = 1,
@@ -150,7 +248,11 @@ def _(q, weights, index_k_cache, seq_lens, block_table, softmax_scale, q_scale=N
     return q.new_empty((q.shape[0], _decode_max_len(block_table, page_size, max_seq_len)), dtype=_F32)
 
 
-@_op("indexer_prefill")
+@_op("indexer_prefill", c=_C(dsa._INDEXER_PREFILL,
+                             ("q", "weights", "index_k_cache", "kv_workspace_slots", "row_starts", "row_ends",
+                              "q_scale", None, None, None),
+                             ("topk", "softmax_scale", "page_size", "max_rows", "output_global_slots",
+                              "workspace_limit")))
 def indexer_prefill(q: torch.Tensor, weights: torch.Tensor, index_k_cache: torch.Tensor,
                     kv_workspace_slots: torch.Tensor, row_starts: torch.Tensor, row_ends: torch.Tensor, topk: int,
                     softmax_scale: float, q_scale: Optional[torch.Tensor] = None, page_size: int = 64,
@@ -168,7 +270,10 @@ def _(q, weights, index_k_cache, kv_workspace_slots, row_starts, row_ends, topk,
     return q.new_empty((T, topk), dtype=_I32), q.new_empty((T,), dtype=_I32)
 
 
-@_op("indexer_prefill_scores")
+@_op("indexer_prefill_scores", c=_C(dsa._INDEXER_PREFILL_SCORES,
+                                    ("q", "weights", "index_k_cache", "kv_workspace_slots", "row_starts", "row_ends",
+                                     "q_scale", None),
+                                    ("softmax_scale", "page_size", "max_rows", "topk", "skip_short_rows")))
 def indexer_prefill_scores(q: torch.Tensor, weights: torch.Tensor, index_k_cache: torch.Tensor,
                            kv_workspace_slots: torch.Tensor, row_starts: torch.Tensor, row_ends: torch.Tensor,
                            softmax_scale: float, q_scale: Optional[torch.Tensor] = None, page_size: int = 64,
@@ -188,7 +293,7 @@ def _(q, weights, index_k_cache, kv_workspace_slots, row_starts, row_ends, softm
 # ---- top-k and attention ----------------------------------------------------------------------
 
 
-@_op("topk")
+@_op("topk", c=_C(dsa._TOPK, ("scores", "row_lens", None, None, None), ("topk", "max_len")))
 def topk(scores: torch.Tensor, topk: int, row_lens: Optional[torch.Tensor] = None,
          max_len: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     return dsa.topk(scores, topk=topk, row_lens=row_lens, max_len=max_len)
@@ -200,7 +305,8 @@ def _(scores, topk, row_lens=None, max_len=None):
     return scores.new_empty((R, topk), dtype=_I32), scores.new_empty((R,), dtype=_I32)
 
 
-@_op("sparse_mla")
+@_op("sparse_mla", c=_C(dsa._SPARSE_MLA, ("q", "kv_cache", "indices", "lens", None, None, None),
+                      ("softmax_scale", "topk", True)))
 def sparse_mla(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, softmax_scale: float,
                lens: Optional[torch.Tensor] = None, topk: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     return dsa.sparse_mla(q, kv_cache, indices, softmax_scale=softmax_scale, lens=lens, topk=topk, return_lse=True)
@@ -229,7 +335,7 @@ def _(scores, local_indices, world_size, rank, layout="round_robin", block=0, ma
     return scores.new_empty((R, k), dtype=_F32), scores.new_empty((R, k), dtype=_I32)
 
 
-@_op("topk_merge")
+@_op("topk_merge", c=_C(dsa._TOPK_MERGE, ("cand_scores", "cand_ids", None, None), ("topk",)))
 def topk_merge(cand_scores: torch.Tensor, cand_ids: torch.Tensor, topk: int) -> Tuple[torch.Tensor, torch.Tensor]:
     return dsa.topk_merge(cand_scores, cand_ids, topk=topk)
 
@@ -260,7 +366,7 @@ def _(indices, world_size, rank, layout="round_robin", block=0, block_table=None
     return indices.new_empty((T, k), dtype=_I32), indices.new_empty((T,), dtype=_I32)
 
 
-@_op("lse_combine")
+@_op("lse_combine", c=_C(dsa._LSE_COMBINE, ("outs", "lses", None, None)))
 def lse_combine(outs: torch.Tensor, lses: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     return dsa.lse_combine(outs, lses)
 

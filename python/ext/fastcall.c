@@ -19,55 +19,16 @@
  * remember or clear plans meanwhile: a plan in use is reference counted, and a scan of a site's
  * plans gives up (the checked path then runs) when the plans changed under it.
  */
-#define Py_LIMITED_API 0x03090000
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
+#include "fastcall.h"
+
 #include <string.h>
 
-#define FC_MAX_ARGS 12         /* tensor arguments of a call */
-#define FC_MAX_STRUCT 512      /* bytes of a C argument struct (dsa.h's largest: 184) */
-#define FC_MAX_SITES 64        /* public calls */
-#define FC_PLANS_PER_SITE 16   /* signatures kept a call (prefill chunks of many sizes evict the oldest) */
-#define FC_SKIP (-1)           /* offset: the argument's pointer is not written */
-#define FC_WORKSPACE (-2)      /* offset: the argument is the workspace, passed beside the struct */
-
-typedef int (*fc_fn_workspace)(const void *args, void *workspace, size_t workspace_bytes, void *stream);
-typedef int (*fc_fn_plain)(const void *args, void *stream);
-
-typedef struct {
-  int refs;                               /* the site's list, and each call running it */
-  int n;                                  /* tensor arguments */
-  PyObject *type[FC_MAX_ARGS];            /* the argument's type; NULL: it was None */
-  PyObject *shape[FC_MAX_ARGS];           /* its shape, strides, dtype (references held) */
-  PyObject *stride[FC_MAX_ARGS];
-  PyObject *dtype[FC_MAX_ARGS];
-  long device[FC_MAX_ARGS];               /* get_device() */
-  Py_ssize_t offset[FC_MAX_ARGS];         /* struct offset of its pointer, FC_SKIP or FC_WORKSPACE */
-  PyObject *alloc_args[FC_MAX_ARGS];      /* torch.empty's (shape,) where the call allocates it, else NULL */
-  PyObject *alloc_kwargs[FC_MAX_ARGS];    /* and its {dtype, device} */
-  int nresults;
-  int results[FC_MAX_ARGS];               /* the arguments returned, by position */
-  PyObject *scalars;                      /* tuple */
-  size_t args_bytes;
-  _Alignas(16) unsigned char args[FC_MAX_STRUCT]; /* the struct as the checked path built it */
-  void *fn;                               /* the library function */
-  int takes_workspace;
-  size_t ws_given_bytes;                  /* the bytes of a given workspace (its signature fixes them) */
-  size_t ws_need;                         /* the bytes of one allocated here */
-  PyObject *device_index;                 /* int, for the current-stream getter */
-} fc_plan;
-
-typedef struct {
-  int count;
-  fc_plan *plan[FC_PLANS_PER_SITE]; /* most recently used first */
-} fc_site;
-
-static fc_site g_sites[FC_MAX_SITES];
+fc_site fc_sites[FC_MAX_SITES];
 static unsigned long g_generation; /* counts changes to any site's plans */
 /* Callbacks (dsa/_fast.py: _configure): current_stream(device_index) -> int, stream_handle(stream)
  * -> int, keep_for_stream(tensor, handle), fail(status) raises, torch.empty. */
-static PyObject *g_current_stream, *g_stream_handle, *g_keep_for_stream, *g_fail, *g_empty;
+static PyObject *g_current_stream, *g_stream_handle, *g_keep_for_stream, *g_empty;
+PyObject *fc_fail_callback;
 static PyObject *s_shape, *s_stride, *s_dtype, *s_get_device, *s_data_ptr; /* interned names */
 
 /* ---- plans ------------------------------------------------------------------------------------ */
@@ -87,7 +48,7 @@ static void plan_free(fc_plan *p) {
   PyMem_Free(p);
 }
 
-static void plan_release(fc_plan *p) {
+void fc_plan_release(fc_plan *p) {
   if (p && --p->refs == 0) plan_free(p);
 }
 
@@ -108,6 +69,77 @@ static int as_size(PyObject *tuple, Py_ssize_t i, size_t *out) {
   if (v == (size_t)-1 && PyErr_Occurred()) return -1;
   *out = v;
   return 0;
+}
+
+const char *const fc_dtype_names[FC_DT_COUNT] = {"torch.bfloat16", "torch.float16", "torch.float32",
+                                                   "torch.int32",    "torch.int64",   "torch.uint8",
+                                                   "torch.int8",     "torch.float8_e4m3fn"};
+
+/* FC_DT_* of a torch dtype, or -1. */
+static int dtype_code(PyObject *dtype) {
+  PyObject *s = dtype ? PyObject_Str(dtype) : NULL;
+  int code = -1;
+  for (int d = 0; s && d < FC_DT_COUNT && code < 0; d++)
+    if (PyUnicode_CompareWithASCIIString(s, fc_dtype_names[d]) == 0) code = d;
+  Py_XDECREF(s);
+  return code;
+}
+
+/* A tuple of ints into out[FC_MAX_DIMS]: how many, or -1. */
+static int int64s(PyObject *t, int64_t *out) {
+  if (!t || !PyTuple_Check(t) || PyTuple_Size(t) > FC_MAX_DIMS) return -1;
+  int n = (int)PyTuple_Size(t);
+  for (int i = 0; i < n; i++) {
+    out[i] = PyLong_AsLongLong(PyTuple_GetItem(t, i));
+    if (out[i] == -1 && PyErr_Occurred()) return -1;
+  }
+  return n;
+}
+
+/* The plan's signature in C (fastcall.h: fc_csig), for torch_op.c. Leaves c_ok 0 where a part has no
+ * C form; never fails. */
+static void plan_c_form(fc_plan *p) {
+  p->c_ok = 0;
+  for (int i = 0; i < p->n; i++) {
+    fc_csig *c = &p->csig[i];
+    c->ndim = -1;
+    p->calloc[i].ndim = -1;
+    if (p->type[i]) {
+      if ((c->ndim = int64s(p->shape[i], c->size)) < 0 || int64s(p->stride[i], c->stride) != c->ndim ||
+          (c->dtype = dtype_code(p->dtype[i])) < 0)
+        goto out;
+      c->device = p->device[i];
+    }
+    if (p->alloc_args[i]) {
+      fc_csig *a = &p->calloc[i];
+      PyObject *dtype = PyDict_GetItemString(p->alloc_kwargs[i], "dtype"); /* borrowed */
+      if ((a->ndim = int64s(PyTuple_GetItem(p->alloc_args[i], 0), a->size)) < 0 || (a->dtype = dtype_code(dtype)) < 0)
+        goto out;
+      for (int d = a->ndim - 1; d >= 0; d--) a->stride[d] = d == a->ndim - 1 ? 1 : a->stride[d + 1] * a->size[d + 1];
+    }
+  }
+  Py_ssize_t ns = PyTuple_Size(p->scalars);
+  if (ns > FC_MAX_SCALARS) goto out;
+  p->nscalars = (int)ns;
+  for (int j = 0; j < p->nscalars; j++) {
+    PyObject *v = PyTuple_GetItem(p->scalars, j);
+    fc_scalar *c = &p->cscalar[j];
+    if (v == Py_None) {
+      c->kind = FC_NONE;
+    } else if (PyFloat_Check(v)) {
+      c->kind = FC_FLOAT;
+      c->f = PyFloat_AsDouble(v);
+    } else if (PyLong_Check(v)) {
+      c->kind = FC_INT;
+      if ((c->i = PyLong_AsLongLong(v)) == -1 && PyErr_Occurred()) goto out;
+    } else {
+      goto out;
+    }
+  }
+  if ((p->c_device = PyLong_AsLong(p->device_index)) == -1 && PyErr_Occurred()) goto out;
+  p->c_ok = 1;
+out:
+  PyErr_Clear();
 }
 
 /* remember(site, (signature, scalars, offsets, allocs, results, args_bytes, fn, takes_workspace,
@@ -182,8 +214,10 @@ static PyObject *fc_remember(PyObject *self, PyObject *args) {
   p->device_index = PyTuple_GetItem(t, 10);
   Py_INCREF(p->device_index);
 
-  fc_site *st = &g_sites[site];
-  if (st->count == FC_PLANS_PER_SITE) plan_release(st->plan[--st->count]);
+  plan_c_form(p);
+
+  fc_site *st = &fc_sites[site];
+  if (st->count == FC_PLANS_PER_SITE) fc_plan_release(st->plan[--st->count]);
   memmove(&st->plan[1], &st->plan[0], (size_t)st->count * sizeof st->plan[0]);
   p->refs = 1;
   st->plan[0] = p;
@@ -201,8 +235,8 @@ static PyObject *fc_clear(PyObject *self, PyObject *noargs) {
   (void)self;
   (void)noargs;
   for (int s = 0; s < FC_MAX_SITES; s++) {
-    for (int i = 0; i < g_sites[s].count; i++) plan_release(g_sites[s].plan[i]);
-    g_sites[s].count = 0;
+    for (int i = 0; i < fc_sites[s].count; i++) fc_plan_release(fc_sites[s].plan[i]);
+    fc_sites[s].count = 0;
   }
   g_generation++;
   Py_RETURN_NONE;
@@ -212,7 +246,7 @@ static PyObject *fc_count(PyObject *self, PyObject *noargs) {
   (void)self;
   (void)noargs;
   long n = 0;
-  for (int s = 0; s < FC_MAX_SITES; s++) n += g_sites[s].count;
+  for (int s = 0; s < FC_MAX_SITES; s++) n += fc_sites[s].count;
   return PyLong_FromLong(n);
 }
 
@@ -220,7 +254,7 @@ static PyObject *fc_configure(PyObject *self, PyObject *args) {
   (void)self;
   PyObject *cur, *handle, *keep, *fail, *empty;
   if (!PyArg_ParseTuple(args, "OOOOO", &cur, &handle, &keep, &fail, &empty)) return NULL;
-  PyObject **slot[5] = {&g_current_stream, &g_stream_handle, &g_keep_for_stream, &g_fail, &g_empty};
+  PyObject **slot[5] = {&g_current_stream, &g_stream_handle, &g_keep_for_stream, &fc_fail_callback, &g_empty};
   PyObject *value[5] = {cur, handle, keep, fail, empty};
   for (int i = 0; i < 5; i++) {
     PyObject *old = *slot[i];
@@ -348,7 +382,7 @@ static PyObject *run(const fc_plan *p, PyObject *tensors, PyObject *stream) {
   status = takes_workspace ? ((fc_fn_workspace)fn)(args, ws, ws_bytes, s) : ((fc_fn_plain)fn)(args, s);
   Py_END_ALLOW_THREADS
   if (status != 0) {
-    PyObject *r = PyObject_CallFunction(g_fail, "i", status);
+    PyObject *r = PyObject_CallFunction(fc_fail_callback, "i", status);
     if (r) { /* fail() raises; should it return, the call still failed */
       Py_DECREF(r);
       PyErr_Format(PyExc_RuntimeError, "dsa: C call failed with status %d", status);
@@ -381,7 +415,7 @@ static PyObject *fc_call(PyObject *self, PyObject *args) {
     return NULL;
   int site = site_index(site_o);
   if (site < 0) return NULL;
-  fc_site *st = &g_sites[site];
+  fc_site *st = &fc_sites[site];
   if (st->count == 0) Py_RETURN_NONE;
   Py_ssize_t n = PyTuple_Size(tensors);
   if (n > FC_MAX_ARGS) Py_RETURN_NONE;
@@ -394,11 +428,11 @@ static PyObject *fc_call(PyObject *self, PyObject *args) {
     p->refs++;
     int same_plan = matches(p, tensors, scalars, &a);
     if (g_generation != generation) { /* the plans changed under the scan (another thread) */
-      plan_release(p);
+      fc_plan_release(p);
       break;
     }
     if (!same_plan) {
-      plan_release(p);
+      fc_plan_release(p);
       continue;
     }
     if (k > 0) { /* most recently used first */
@@ -407,7 +441,7 @@ static PyObject *fc_call(PyObject *self, PyObject *args) {
     }
     attrs_release(&a, (int)n);
     PyObject *result = run(p, tensors, stream);
-    plan_release(p);
+    fc_plan_release(p);
     return result;
   }
   attrs_release(&a, (int)n);
@@ -421,6 +455,12 @@ static PyMethodDef fc_methods[] = {
      "configure(current_stream, stream_handle, keep_for_stream, fail, torch_empty)"},
     {"clear", fc_clear, METH_NOARGS, "forgets every plan"},
     {"count", fc_count, METH_NOARGS, "plans kept"},
+    {"torch_setup", fc_torch_setup, METH_VARARGS,
+     "torch_setup(libtorch_cpu_path, libtorch_cuda_path or None) -> whether PyTorch's stable C ABI is usable"},
+    {"torch_register", fc_torch_register, METH_VARARGS,
+     "torch_register(namespace, dispatch_key, name, site, kinds, tensor_args, scalar_args, checked) -> None"},
+    {"torch_checked_failed", fc_torch_checked_failed, METH_VARARGS,
+     "torch_checked_failed(message): the checked operator's failure, for the kernel that called it"},
     {NULL, NULL, 0, NULL},
 };
 

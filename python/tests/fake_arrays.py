@@ -1,8 +1,11 @@
-"""Arrays that exist only as descriptions, for dsa's Python package on a machine without a GPU
-(test_cpu.py, dev/host_call_cost.py): Fake speaks __cuda_array_interface__, FakeTorch looks like a
-torch.Tensor. Never dereferenced; each takes a new, 4 GiB-aligned pointer from one counter."""
+"""Stand-ins for dsa's Python package on a machine without a GPU (test_cpu.py, test_ops.py,
+dev/host_call_cost.py). Fake speaks __cuda_array_interface__ and FakeTorch looks like a torch.Tensor:
+arrays that exist only as descriptions, never dereferenced, each with a new 4 GiB-aligned pointer
+from one counter. CRecorder stands for libdsa: C functions that record what they are passed."""
 
-from dsa import _tensors
+import ctypes
+
+from dsa import _lib, _tensors
 
 
 class Fake:
@@ -73,3 +76,51 @@ class FakeTorch:
 
 
 FakeTorch.__module__ = "torch"
+
+
+class CRecorder:
+    """libdsa's calls replaced by C-callable functions made with ctypes (CFUNCTYPE thunks, which
+    dsa._fastcall calls as it calls the library's), with the library's argument types: each keeps the
+    last call's struct bytes, workspace and stream; the workspace queries answer 4096; a call fails
+    with `status` when it is set."""
+
+    def __init__(self):
+        self.fns = {}
+        self.calls = 0
+        self.last_call = None
+        self.status = 0
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name in ("fns", "calls", "last_call", "status"):
+            raise AttributeError(name)
+        if name not in self.fns:
+            if name in _lib._CALLS:
+                atype, takes_ws = _lib._CALLS[name]
+                extra = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p) if takes_ws else (ctypes.c_void_p,)
+                proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(atype), *extra)
+
+                def record(args, *rest, size=ctypes.sizeof(atype), takes_ws=takes_ws):
+                    ws, wb, st = rest if takes_ws else (None, 0, rest[0])
+                    self.last_call = (ctypes.string_at(ctypes.addressof(args.contents), size), ws, wb, st)
+                    self.calls += 1
+                    return self.status
+
+                f = proto(record)
+            elif name in _lib._WS_QUERIES:
+                proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_lib._WS_QUERIES[name]),
+                                         ctypes.POINTER(ctypes.c_size_t))
+
+                def query(args, out):
+                    out[0] = 4096
+                    return 0
+
+                f = proto(query)
+            elif name == "dsa_last_error":
+                f = lambda: b"recorded failure"  # noqa: E731
+            else:
+                raise AttributeError(name)
+            self.fns[name] = f
+        return self.fns[name]
+
+    def last(self):
+        return (self.calls,) + self.last_call

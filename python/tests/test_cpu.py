@@ -20,7 +20,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 # the fake arrays (a sibling module: on sys.path whatever pytest's import mode)
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from fake_arrays import F32, I32, I64, U8, Fake, FakeTorch  # noqa: E402
+from fake_arrays import F32, I32, I64, U8, CRecorder, Fake, FakeTorch  # noqa: E402
 
 
 def test_import_needs_no_torch():
@@ -298,54 +298,6 @@ def _fast_cases(given=True):
     }
 
 
-class _CRecorder:
-    """libdsa's calls replaced by C-callable functions made with ctypes (CFUNCTYPE thunks, which
-    dsa._fastcall calls as it calls the library's), with the library's argument types: each keeps the
-    last call's struct bytes, workspace and stream; the workspace queries answer 4096; a call fails
-    with `status` when it is set."""
-
-    def __init__(self):
-        self.fns = {}
-        self.calls = 0
-        self.last_call = None
-        self.status = 0
-
-    def __getattr__(self, name):
-        if name.startswith("__") or name in ("fns", "calls", "last_call", "status"):
-            raise AttributeError(name)
-        if name not in self.fns:
-            if name in _lib._CALLS:
-                atype, takes_ws = _lib._CALLS[name]
-                extra = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p) if takes_ws else (ctypes.c_void_p,)
-                proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(atype), *extra)
-
-                def record(args, *rest, size=ctypes.sizeof(atype), takes_ws=takes_ws):
-                    ws, wb, st = rest if takes_ws else (None, 0, rest[0])
-                    self.last_call = (ctypes.string_at(ctypes.addressof(args.contents), size), ws, wb, st)
-                    self.calls += 1
-                    return self.status
-
-                f = proto(record)
-            elif name in _lib._WS_QUERIES:
-                proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_lib._WS_QUERIES[name]),
-                                         ctypes.POINTER(ctypes.c_size_t))
-
-                def query(args, out):
-                    out[0] = 4096
-                    return 0
-
-                f = proto(query)
-            elif name == "dsa_last_error":
-                f = lambda: b"recorded failure"  # noqa: E731
-            else:
-                raise AttributeError(name)
-            self.fns[name] = f
-        return self.fns[name]
-
-    def last(self):
-        return (self.calls,) + self.last_call
-
-
 def _fake_torch_module():
     """Enough of a torch module for the calls to allocate FakeTorch outputs and ask for the current
     stream (0x5000) through it."""
@@ -383,7 +335,7 @@ def c_recorder(request, monkeypatch):
         pytest.skip("dsa._fastcall is not built here (DSA_FASTCALL names a built one)")
     if request.param == "python":
         monkeypatch.setattr(_fast, "_ext", None)
-    rec = _CRecorder()
+    rec = CRecorder()
     monkeypatch.setattr(_lib, "lib", lambda: rec)
     monkeypatch.setitem(sys.modules, "torch", _fake_torch_module())
     monkeypatch.setattr(_fast, "_raw_stream", None)

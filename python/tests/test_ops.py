@@ -3,6 +3,9 @@ shapes and dtypes, and a decode layer step traced through them with fake CUDA te
 needed. With a GPU: the step under torch.compile(fullgraph=True) against the eager calls, and the
 compiled step captured in a CUDA graph. Skipped where PyTorch is not installed."""
 
+import pathlib
+import sys
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -14,6 +17,8 @@ from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
 import dsa  # noqa: E402
 import dsa.ops  # noqa: E402,F401  (registers torch.ops.dsa)
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # fake_arrays, whatever pytest's import mode
 
 OPS = {
     # name: the arguments it writes
@@ -138,6 +143,169 @@ def test_decode_step_exports_with_no_graph_break():
                       "dsa.sparse_mla.default"], called
 
 
+# ---- the operators' C kernels (python/ext/torch_op.c), on CPU tensors with libdsa recorded ----------
+
+def _c_cases():
+    """Each operator with a C kernel, with CPU tensors of one signature (new ones each call)."""
+    bf, i32, i64, u8 = torch.bfloat16, torch.int32, torch.int64, torch.uint8
+    e = torch.empty
+    T, HQ = 3, 32
+    return {
+        "sparse_mla": lambda: ("sparse_mla", e(T, 16, 576, dtype=bf), e(100, 656, dtype=u8), e(T, 64, dtype=i32),
+                               0.07, e(T, dtype=i32)),
+        "sparse_mla, bf16 KV, topk": lambda: ("sparse_mla", e(T, 16, 576, dtype=bf), e(100, 640, dtype=bf),
+                                              e(T, 64, dtype=i32), 0.07, None, 40),
+        "sparse_mla, another scale": lambda: ("sparse_mla", e(T, 16, 576, dtype=bf), e(100, 656, dtype=u8),
+                                              e(T, 64, dtype=i32), 0.05, e(T, dtype=i32)),
+        "topk": lambda: ("topk", e(4, 100), 8, e(4, dtype=i32)),
+        "topk, strided rows, max_len": lambda: ("topk", e(4, 128)[:, :100], 8, None, 90),
+        "topk, strided rows": lambda: ("topk", e(4, 128)[:, :100], 8, e(4, dtype=i32)),
+        "topk, k 16": lambda: ("topk", e(4, 100), 16, e(4, dtype=i32)),
+        "index_k_store": lambda: ("index_k_store", e(T, 128, dtype=bf), e(T, dtype=i64), e(4, P * 132, dtype=u8), P),
+        "mla_kv_store": lambda: ("mla_kv_store", e(T, 576, dtype=bf), e(T, dtype=i64), e(50, 656, dtype=u8)),
+        "indexer_decode": lambda: ("indexer_decode", e(T, HQ, 128, dtype=torch.float8_e4m3fn), e(T, HQ),
+                                   e(10, P * 132, dtype=u8), e(T, dtype=i32), e(T, 5, dtype=i32), 64, 0.1,
+                                   e(T, HQ), P, 1, 0, 0),
+        "indexer_decode_scores": lambda: ("indexer_decode_scores", e(T, HQ, 128, dtype=torch.float8_e4m3fn),
+                                          e(T, HQ), e(10, P * 132, dtype=u8), e(T, dtype=i32), e(T, 5, dtype=i32),
+                                          0.1, e(T, HQ), P, 1, 300, 2048, True),
+        "indexer_prefill": lambda: ("indexer_prefill", e(T, HQ, 128, dtype=bf), e(T, HQ, dtype=bf),
+                                    e(10, P * 132, dtype=u8), e(640, dtype=i64), e(T, dtype=i32), e(T, dtype=i32), 64,
+                                    0.1, None, P, 0, True, 0),
+        "indexer_prefill, float32 weights": lambda: ("indexer_prefill", e(T, HQ, 128, dtype=bf), e(T, HQ),
+                                                     e(10, P * 132, dtype=u8), e(640, dtype=i64), e(T, dtype=i32),
+                                                     e(T, dtype=i32), 64, 0.1, None, P, 0, True, 0),
+        "indexer_prefill_scores": lambda: ("indexer_prefill_scores", e(T, HQ, 128, dtype=bf), e(T, HQ, dtype=bf),
+                                           e(10, P * 132, dtype=u8), e(640, dtype=i64), e(T, dtype=i32),
+                                           e(T, dtype=i32), 0.1, None, P, 600, 2048, False),
+        "topk_merge": lambda: ("topk_merge", e(4, T, 64), e(4, T, 64, dtype=i32), 32),
+        "lse_combine": lambda: ("lse_combine", e(2, T, 16, 512), e(2, T, 16)),
+    }
+
+
+@pytest.fixture
+def c_kernels_on_cpu(monkeypatch):
+    """torch.ops.dsa_cpu_test.*: every operator's C kernel registered for CPU tensors (with its
+    checked twin), libdsa replaced by the C recorder, and dsa's checked path taking CPU tensors as
+    device 0's, on stream 0 (the C kernel's stream for CPU tensors)."""
+    import dsa.ops as ops
+    from dsa import _fast, _lib, _tensors
+
+    if not ops._C_KERNELS:
+        pytest.skip("no C kernels here (dsa._fastcall not built, or PyTorch < 2.11)")
+    from fake_arrays import CRecorder  # noqa: E402
+
+    rec = CRecorder()
+    monkeypatch.setattr(_lib, "lib", lambda: rec)
+
+    def cpu_view(x):
+        return _tensors.View(x.data_ptr(), tuple(x.shape), x.stride(), _tensors._TORCH_DTYPES[str(x.dtype)], "torch",
+                             0, x, x, x.is_contiguous())
+
+    monkeypatch.setattr(_tensors, "_torch_view", cpu_view)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0, raising=False)
+    monkeypatch.setattr(_fast, "_raw_stream", None)
+    _fast.clear()
+    global _CPU_TEST_LIB
+    if _CPU_TEST_LIB is None:  # once a process: an operator's kernel is registered once
+        _CPU_TEST_LIB = torch.library.Library("dsa_cpu_test", "DEF")
+        for name in {c()[0] for c in _c_cases().values()}:
+            schema = str(getattr(torch.ops.dsa, name).default._schema)
+            schema = schema[schema.index("("):]
+            _CPU_TEST_LIB.define(name + schema)
+            assert ops.register_c_kernel(_CPU_TEST_LIB, "dsa_cpu_test", "CPU", getattr(ops, name), schema)
+    yield rec
+    _fast.clear()
+
+
+_CPU_TEST_LIB = None
+
+
+def _masked(op_name, record, args, results):
+    """A recorded call's struct with every tensor pointer zeroed, having checked that each is the
+    pointer of the argument it stands for (0 for None) or of the returned output; and whether it
+    got a workspace, the workspace's size, the stream."""
+    import dsa.ops as ops
+    from dsa import _fast, _lib
+
+    lay = getattr(ops, op_name).c_layout
+    names = [a.name for a in getattr(torch.ops.dsa, op_name).default._schema.arguments]
+    atype = _lib._CALLS[lay.site.call][0]
+    struct, ws, ws_bytes, stream = record
+    b = bytearray(struct)
+    outs = results if isinstance(results, tuple) else () if results is None else (results,)
+    for i, field in enumerate(lay.site.fields):
+        if field in (None, _fast.WORKSPACE):
+            continue
+        if lay.tensors[i] is None:
+            want = outs[lay.site.results.index(i)].data_ptr() if i in lay.site.results else 0
+        else:
+            x = args[names.index(lay.tensors[i])]
+            want = 0 if x is None else x.data_ptr()
+        off = _fast._offset(atype, field)
+        assert int.from_bytes(b[off:off + 8], "little") == want, f"{op_name}: {field}"
+        b[off:off + 8] = bytes(8)
+    return bytes(b), ws is not None, ws_bytes, stream
+
+
+def test_c_kernels_call_c_as_the_checked_path_does(c_kernels_on_cpu):
+    """Each operator's first call of a signature runs its checked twin (dsa's checked path, which
+    leaves a plan); a later call of it, with new tensors, runs the C kernel, which passes C the
+    struct, workspace size and stream the checked path passed (each tensor's pointer its own; each
+    new output's the returned tensor's), and returns outputs of the same shapes, strides and dtypes.
+    Signatures that differ in a tensor or a scalar each get their own plan, and a plan serves only
+    its own."""
+    import random
+
+    from dsa import _fast
+
+    rec = c_kernels_on_cpu
+    cases = _c_cases()
+    checked = {}
+    for case, make in cases.items():
+        name, *args = make()
+        before = rec.calls
+        got = getattr(torch.ops.dsa_cpu_test, name)(*args)
+        assert rec.calls == before + 1, case
+        checked[case] = (_masked(name, rec.last_call, args, got), got)
+    assert _fast.plan_count() == len(cases)
+    order = list(cases) * 3
+    random.Random(0).shuffle(order)
+    for case in order:
+        name, *args = cases[case]()
+        want, got0 = checked[case]
+        before = rec.calls
+        got = getattr(torch.ops.dsa_cpu_test, name)(*args)
+        assert rec.calls == before + 1, case
+        assert _fast.plan_count() == len(cases), f"{case}: the C kernel did not find its plan"
+        assert _masked(name, rec.last_call, args, got) == want, case
+        outs = got if isinstance(got, tuple) else () if got is None else (got,)
+        outs0 = got0 if isinstance(got0, tuple) else () if got0 is None else (got0,)
+        assert [(o.shape, o.dtype, o.stride()) for o in outs] == [(o.shape, o.dtype, o.stride()) for o in outs0], case
+
+
+def test_c_kernels_raise_dsa_messages(c_kernels_on_cpu):
+    """A failure raises RuntimeError with dsa's message: the checked path's (a bad argument) and the
+    library's (a failed status on a planned call); the operator works again afterwards."""
+    rec = c_kernels_on_cpu
+    with pytest.raises(RuntimeError, match=r"DsaArgumentError: dsa\.topk: scores must be float32"):
+        torch.ops.dsa_cpu_test.topk(torch.empty(4, 100, dtype=torch.int32), 8)
+    scores = torch.empty(4, 100)
+    torch.ops.dsa_cpu_test.topk(scores, 8)  # the plan
+    rec.status = 3
+    with pytest.raises(RuntimeError, match=r"dsa_cpu_test::topk: .*recorded failure"):
+        torch.ops.dsa_cpu_test.topk(scores, 8)
+    rec.status = 0
+    i, n = torch.ops.dsa_cpu_test.topk(scores, 8)
+    assert (i.shape, n.shape) == ((4, 8), (4,))
+    with pytest.raises(dsa.DsaArgumentError, match=r"dsa\.topk: scores must be float32"):  # the twin, called as is
+        torch.ops.dsa_cpu_test._checked_topk(torch.empty(4, 100, dtype=torch.int32), 8)
+    with pytest.raises(RuntimeError, match=r"DsaArgumentError: dsa\.topk: scores must be float32"):  # nothing stale
+        torch.ops.dsa_cpu_test.topk(torch.empty(4, 100, dtype=torch.int32), 8)
+    i, n = torch.ops.dsa_cpu_test.topk(scores, 8)
+    assert (i.shape, n.shape) == ((4, 8), (4,))
+
+
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                                reason="needs an sm_90 GPU")
 
@@ -192,3 +360,27 @@ def test_compiled_decode_step_matches_eager_and_replays_in_a_cuda_graph():
     torch.cuda.synchronize()
     for a, b in zip(outs, ref):
         assert torch.equal(a, b)
+
+
+@needs_gpu
+def test_operators_repeat_their_first_call_on_the_gpu():
+    """The decode step's operators called again with the same signature (their C kernels' plans, where
+    dsa has C kernels; else their Python functions): outputs and cache writes bit for bit those of the
+    first call (which ran the checked path), and no signature planned twice (a planned call that
+    missed its plan would plan it again)."""
+    from dsa import _fast
+
+    g = torch.Generator(device="cuda").manual_seed(1)
+    x = _real_decode_inputs(3, 3000, g)
+    xs = [{k: v.clone() for k, v in x.items()} for _ in range(3)]
+    _fast.clear()
+    first = _step(xs[0])
+    plans = _fast.plan_count()
+    for xr in xs[1:]:
+        got = _step(xr)
+        torch.cuda.synchronize()
+        for a, b in zip(got, first):
+            assert torch.equal(a, b)
+        assert torch.equal(xr["kv_cache"], xs[0]["kv_cache"])
+        assert torch.equal(xr["index_k_cache"], xs[0]["index_k_cache"])
+    assert _fast.plan_count() == plans

@@ -1,0 +1,99 @@
+/*
+ * fastcall.h — what the two halves of dsa._fastcall share (internal).
+ *
+ * fastcall.c keeps the plans: per public call (a site), the most recent signatures that passed the
+ * checked path, each with its C argument struct. It serves dsa's Python calls, matching a call's
+ * tensors as Python objects. torch_op.c serves torch.ops.dsa.*: PyTorch's dispatcher calls it with
+ * C handles of the same tensors, so each plan also keeps its signature in plain C (fc_csig), made
+ * once when the plan is remembered.
+ *
+ * Every plan and site is read and changed with the GIL held.
+ */
+#ifndef DSA_FASTCALL_H
+#define DSA_FASTCALL_H
+
+#define Py_LIMITED_API 0x03090000
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#define FC_MAX_ARGS 12         /* tensor arguments of a call */
+#define FC_MAX_SCALARS 12      /* scalars of a call */
+#define FC_MAX_DIMS 6          /* dimensions of a tensor whose signature has a C form */
+#define FC_MAX_STRUCT 512      /* bytes of a C argument struct (dsa.h's largest: 184) */
+#define FC_MAX_SITES 64        /* public calls */
+#define FC_PLANS_PER_SITE 16   /* signatures kept a call (prefill chunks of many sizes evict the oldest) */
+#define FC_SKIP (-1)           /* offset: the argument's pointer is not written */
+#define FC_WORKSPACE (-2)      /* offset: the argument is the workspace, passed beside the struct */
+
+typedef int (*fc_fn_workspace)(const void *args, void *workspace, size_t workspace_bytes, void *stream);
+typedef int (*fc_fn_plain)(const void *args, void *stream);
+
+/* The dtypes dsa takes, by PyTorch's name (fc_dtype_names); torch_op.c maps them to PyTorch's codes. */
+enum { FC_DT_BF16, FC_DT_F16, FC_DT_F32, FC_DT_I32, FC_DT_I64, FC_DT_U8, FC_DT_I8, FC_DT_F8E4M3, FC_DT_COUNT };
+extern const char *const fc_dtype_names[FC_DT_COUNT];
+
+/* A scalar of a call: None, an int (bools are ints), or a float; compared as Python compares them. */
+enum { FC_NONE, FC_INT, FC_FLOAT };
+typedef struct {
+  int kind;
+  int64_t i;
+  double f;
+} fc_scalar;
+
+/* A tensor argument's signature in C: ndim -1 for None. */
+typedef struct {
+  int ndim;
+  int dtype;   /* FC_DT_* */
+  long device; /* get_device(): the CUDA ordinal, -1 on the CPU */
+  int64_t size[FC_MAX_DIMS], stride[FC_MAX_DIMS];
+} fc_csig;
+
+typedef struct {
+  int refs;                               /* the site's list, and each call running it */
+  int n;                                  /* tensor arguments */
+  PyObject *type[FC_MAX_ARGS];            /* the argument's type; NULL: it was None */
+  PyObject *shape[FC_MAX_ARGS];           /* its shape, strides, dtype (references held) */
+  PyObject *stride[FC_MAX_ARGS];
+  PyObject *dtype[FC_MAX_ARGS];
+  long device[FC_MAX_ARGS];               /* get_device() */
+  Py_ssize_t offset[FC_MAX_ARGS];         /* struct offset of its pointer, FC_SKIP or FC_WORKSPACE */
+  PyObject *alloc_args[FC_MAX_ARGS];      /* torch.empty's (shape,) where the call allocates it, else NULL */
+  PyObject *alloc_kwargs[FC_MAX_ARGS];    /* and its {dtype, device} */
+  int nresults;
+  int results[FC_MAX_ARGS];               /* the arguments returned, by position */
+  PyObject *scalars;                      /* tuple */
+  size_t args_bytes;
+  _Alignas(16) unsigned char args[FC_MAX_STRUCT]; /* the struct as the checked path built it */
+  void *fn;                               /* the library function */
+  int takes_workspace;
+  size_t ws_given_bytes;                  /* the bytes of a given workspace (its signature fixes them) */
+  size_t ws_need;                         /* the bytes of one allocated here */
+  PyObject *device_index;                 /* int, for the current-stream getter */
+  /* The same signature in C, for torch_op.c; c_ok 0 where a part has no C form (more than
+   * FC_MAX_DIMS dimensions, a dtype dsa does not take, a scalar that is not None, int or float). */
+  int c_ok;
+  fc_csig csig[FC_MAX_ARGS];
+  int nscalars;
+  fc_scalar cscalar[FC_MAX_SCALARS];
+  fc_csig calloc[FC_MAX_ARGS];            /* what is allocated where the call allocates (ndim -1: nothing) */
+  long c_device;                          /* the device it runs on (get_device() of its first input) */
+} fc_plan;
+
+typedef struct {
+  int count;
+  fc_plan *plan[FC_PLANS_PER_SITE]; /* most recently used first */
+} fc_site;
+
+extern fc_site fc_sites[FC_MAX_SITES];
+/* Callbacks given by dsa/_fast.py: fail(status) raises DsaError with the library's message. */
+extern PyObject *fc_fail_callback;
+
+void fc_plan_release(fc_plan *p);
+
+/* torch_op.c: the module's functions for torch.ops.dsa (dsa/ops.py) */
+PyObject *fc_torch_setup(PyObject *self, PyObject *args);
+PyObject *fc_torch_register(PyObject *self, PyObject *args);
+PyObject *fc_torch_checked_failed(PyObject *self, PyObject *args);
+
+#endif

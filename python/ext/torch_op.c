@@ -1,0 +1,518 @@
+/*
+ * torch_op.c — the kernels of torch.ops.dsa.* in C, through PyTorch's stable C ABI.
+ *
+ * dsa/ops.py defines each operator and, where this file can serve it, registers op_kernel as its
+ * CUDA kernel instead of a Python function. PyTorch's dispatcher calls the kernel with the call's
+ * arguments as a stack of StableIValues: a tensor an owned AtenTensorHandle, an optional a null or an
+ * owned box holding the value, an int or float its bits. The kernel lays the arguments out as the
+ * operator's public call does (a site of fastcall.c: its tensors and scalars) and compares them
+ * with the site's plans in C:
+ *   - a plan with their signature: its struct with each tensor's pointer written, the outputs and
+ *     the workspace allocated by PyTorch's caching allocator (aoti_torch_empty_strided), the library
+ *     called on PyTorch's current stream. No Python runs.
+ *   - none: the operator's checked twin (dsa::_checked_NAME, dsa/ops.py: a Python kernel running
+ *     dsa's checked path, which remembers the plan) through the dispatcher, on the same stack.
+ * A torch.ops call then costs about what a C++ operator costs, not a round trip into Python.
+ *
+ * No PyTorch header is needed to build: the shim functions used are declared here and looked up at
+ * run time in the libtorch Python loaded (dlopen RTLD_NOLOAD). Registration is torch_library_impl's,
+ * versioned (PyTorch >= 2.10), with the conversions of 2.10.0. dsa/ops.py checks the whole round
+ * trip once on a probe operator before it relies on it.
+ *
+ * Failures reach Python as RuntimeError carrying dsa's message (the checked path's DsaError or
+ * DsaArgumentError text). C cannot throw; the kernel calls libstdc++'s std::__throw_runtime_error,
+ * which the dispatcher turns into the Python exception (this file is compiled with -fexceptions so
+ * the exception unwinds through its frames). The exception's Python class does not cross the C ABI.
+ */
+#define _GNU_SOURCE
+#include "fastcall.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#define FC_MAX_OPS 24     /* operators served: one trampoline each */
+#define FC_MAX_OP_ARGS 16 /* schema arguments of an operator */
+
+typedef uint64_t stable_ivalue;
+typedef void *aten_tensor; /* AtenTensorHandle: an owned at::Tensor */
+typedef int32_t aoti_error;
+
+/* ---- the shim, found at run time --------------------------------------------------------------- */
+
+static struct {
+  aoti_error (*library_init_impl)(const char *ns, const char *key, const char *file, uint32_t line, void **lib);
+  aoti_error (*library_impl)(void *lib, const char *name, void (*fn)(stable_ivalue *, uint64_t, uint64_t),
+                             uint64_t extension_build_version);
+  aoti_error (*call_dispatcher)(const char *op, const char *overload, stable_ivalue *stack, uint64_t version);
+  aoti_error (*get_dim)(aten_tensor, int64_t *);
+  aoti_error (*get_sizes)(aten_tensor, int64_t **);
+  aoti_error (*get_strides)(aten_tensor, int64_t **);
+  aoti_error (*get_dtype)(aten_tensor, int32_t *);
+  aoti_error (*get_device_type)(aten_tensor, int32_t *);
+  aoti_error (*get_device_index)(aten_tensor, int32_t *);
+  aoti_error (*get_data_ptr)(aten_tensor, void **);
+  aoti_error (*empty_strided)(int64_t ndim, const int64_t *sizes, const int64_t *strides, int32_t dtype,
+                              int32_t device_type, int32_t device_index, aten_tensor *out);
+  aoti_error (*delete_tensor)(aten_tensor);
+  aoti_error (*current_cuda_stream)(int32_t device_index, void **stream); /* NULL without libtorch_cuda */
+  void (*operator_delete)(void *);                                         /* ::operator delete(void *) */
+  void (*throw_runtime_error)(const char *);                               /* std::__throw_runtime_error */
+  int32_t dtype[FC_DT_COUNT];                                              /* PyTorch's code of each FC_DT_* */
+  int32_t device_cpu, device_cuda;
+  int ready;
+} T;
+
+#define TORCH_2_10_0 (((uint64_t)2 << 56) | ((uint64_t)10 << 48)) /* the conversions this file speaks */
+
+static void *lookup(void *lib, const char *name, int *missing) {
+  void *f = lib ? dlsym(lib, name) : NULL;
+  if (!f) *missing = 1;
+  return f;
+}
+
+/* torch_setup(libtorch_cpu, libtorch_cuda or None): whether PyTorch's stable ABI is there to use. */
+PyObject *fc_torch_setup(PyObject *self, PyObject *args) {
+  (void)self;
+  const char *cpu_path, *cuda_path;
+  if (!PyArg_ParseTuple(args, "sz", &cpu_path, &cuda_path)) return NULL;
+  if (T.ready) Py_RETURN_TRUE;
+  void *cpu = dlopen(cpu_path, RTLD_NOW | RTLD_NOLOAD), *cxx = dlopen("libstdc++.so.6", RTLD_NOW | RTLD_NOLOAD);
+  void *cuda = cuda_path ? dlopen(cuda_path, RTLD_NOW | RTLD_NOLOAD) : NULL;
+  int missing = 0;
+  *(void **)&T.library_init_impl = lookup(cpu, "aoti_torch_library_init_impl", &missing);
+  *(void **)&T.library_impl = lookup(cpu, "torch_library_impl", &missing);
+  *(void **)&T.call_dispatcher = lookup(cpu, "torch_call_dispatcher", &missing);
+  *(void **)&T.get_dim = lookup(cpu, "aoti_torch_get_dim", &missing);
+  *(void **)&T.get_sizes = lookup(cpu, "aoti_torch_get_sizes", &missing);
+  *(void **)&T.get_strides = lookup(cpu, "aoti_torch_get_strides", &missing);
+  *(void **)&T.get_dtype = lookup(cpu, "aoti_torch_get_dtype", &missing);
+  *(void **)&T.get_device_type = lookup(cpu, "aoti_torch_get_device_type", &missing);
+  *(void **)&T.get_device_index = lookup(cpu, "aoti_torch_get_device_index", &missing);
+  *(void **)&T.get_data_ptr = lookup(cpu, "aoti_torch_get_data_ptr", &missing);
+  *(void **)&T.empty_strided = lookup(cpu, "aoti_torch_empty_strided", &missing);
+  *(void **)&T.delete_tensor = lookup(cpu, "aoti_torch_delete_tensor_object", &missing);
+  *(void **)&T.operator_delete = lookup(cxx, "_ZdlPv", &missing);
+  *(void **)&T.throw_runtime_error = lookup(cxx, "_ZSt21__throw_runtime_errorPKc", &missing);
+  static const char *const dtype_fn[FC_DT_COUNT] = {
+      "aoti_torch_dtype_bfloat16", "aoti_torch_dtype_float16", "aoti_torch_dtype_float32",
+      "aoti_torch_dtype_int32",    "aoti_torch_dtype_int64",   "aoti_torch_dtype_uint8",
+      "aoti_torch_dtype_int8",     "aoti_torch_dtype_float8_e4m3fn"};
+  int32_t (*code)(void);
+  for (int d = 0; d < FC_DT_COUNT; d++) {
+    *(void **)&code = lookup(cpu, dtype_fn[d], &missing);
+    T.dtype[d] = code ? code() : -1;
+  }
+  *(void **)&code = lookup(cpu, "aoti_torch_device_type_cpu", &missing);
+  T.device_cpu = code ? code() : -1;
+  *(void **)&code = lookup(cpu, "aoti_torch_device_type_cuda", &missing);
+  T.device_cuda = code ? code() : -1;
+  if (cuda) *(void **)&T.current_cuda_stream = dlsym(cuda, "aoti_torch_get_current_cuda_stream");
+  /* the handles stay open: the libraries are Python's for the life of the process */
+  if (missing) Py_RETURN_FALSE;
+  T.ready = 1;
+  Py_RETURN_TRUE;
+}
+
+/* ---- operators --------------------------------------------------------------------------------- */
+
+/* Schema argument kinds (dsa/ops.py: _KINDS): upper case is the optional form. */
+#define K_TENSOR 't'
+#define K_FLOAT 'f'
+#define K_INT 'i' /* int, SymInt and bool: all reach the kernel as an int64_t */
+
+typedef struct {
+  int site;                               /* its public call's plans (fastcall.c) */
+  int nargs;
+  char kind[FC_MAX_OP_ARGS];              /* per schema argument */
+  int ntensors;                           /* the site's tensor arguments */
+  int tensor_arg[FC_MAX_ARGS];            /* per site tensor: its schema argument, or -1 (None) */
+  int nscalars;
+  int scalar_arg[FC_MAX_SCALARS];         /* per site scalar: its schema argument, or -1: scalar_const */
+  fc_scalar scalar_const[FC_MAX_SCALARS];
+  char name[96], checked[96];             /* "dsa::sparse_mla", its checked twin */
+} fc_op;
+
+static fc_op g_ops[FC_MAX_OPS];
+static int g_nops;
+static _Thread_local int t_in_checked;            /* a kernel of this thread is running its checked twin */
+static _Thread_local PyObject *t_checked_failure; /* the checked twin's message (str), for that kernel */
+
+static void op_kernel(int k, stable_ivalue *stack, uint64_t nargs, uint64_t nret);
+
+#define TRAMPOLINE(k) \
+  static void op_kernel_##k(stable_ivalue *s, uint64_t a, uint64_t r) { op_kernel(k, s, a, r); }
+TRAMPOLINE(0) TRAMPOLINE(1) TRAMPOLINE(2) TRAMPOLINE(3) TRAMPOLINE(4) TRAMPOLINE(5) TRAMPOLINE(6)
+TRAMPOLINE(7) TRAMPOLINE(8) TRAMPOLINE(9) TRAMPOLINE(10) TRAMPOLINE(11) TRAMPOLINE(12) TRAMPOLINE(13)
+TRAMPOLINE(14) TRAMPOLINE(15) TRAMPOLINE(16) TRAMPOLINE(17) TRAMPOLINE(18) TRAMPOLINE(19) TRAMPOLINE(20)
+TRAMPOLINE(21) TRAMPOLINE(22) TRAMPOLINE(23)
+static void (*const g_trampoline[FC_MAX_OPS])(stable_ivalue *, uint64_t, uint64_t) = {
+    op_kernel_0,  op_kernel_1,  op_kernel_2,  op_kernel_3,  op_kernel_4,  op_kernel_5,
+    op_kernel_6,  op_kernel_7,  op_kernel_8,  op_kernel_9,  op_kernel_10, op_kernel_11,
+    op_kernel_12, op_kernel_13, op_kernel_14, op_kernel_15, op_kernel_16, op_kernel_17,
+    op_kernel_18, op_kernel_19, op_kernel_20, op_kernel_21, op_kernel_22, op_kernel_23};
+
+/* (namespace, dispatch key) -> the torch::Library it was registered through (kept for the process) */
+static struct {
+  char ns[32], key[32];
+  void *lib;
+} g_libs[8];
+static int g_nlibs;
+
+static int scalar_from_python(PyObject *v, fc_scalar *s) {
+  if (v == Py_None) {
+    s->kind = FC_NONE;
+  } else if (PyFloat_Check(v)) {
+    s->kind = FC_FLOAT;
+    s->f = PyFloat_AsDouble(v);
+  } else if (PyLong_Check(v)) {
+    s->kind = FC_INT;
+    if ((s->i = PyLong_AsLongLong(v)) == -1 && PyErr_Occurred()) return -1;
+  } else {
+    PyErr_SetString(PyExc_TypeError, "dsa._fastcall.torch_register: a constant scalar is None, an int or a float");
+    return -1;
+  }
+  return 0;
+}
+
+/* torch_register(namespace, dispatch_key, name, site, kinds, tensor_args, scalar_args, checked):
+ * registers the C kernel of namespace::name for dispatch_key. kinds: a str, one letter per schema
+ * argument ('t' tensor, 'f' float, 'i' int or bool; upper case: optional); tensor_args: per site
+ * tensor the schema argument it is, or None; scalar_args: per site scalar ('arg', i) or ('const',
+ * value); checked: the twin operator running the checked path. */
+PyObject *fc_torch_register(PyObject *self, PyObject *args) {
+  (void)self;
+  const char *ns, *key, *name, *kinds, *checked;
+  int site;
+  PyObject *tensor_args, *scalar_args;
+  if (!PyArg_ParseTuple(args, "sssisO!O!s", &ns, &key, &name, &site, &kinds, &PyTuple_Type, &tensor_args,
+                        &PyTuple_Type, &scalar_args, &checked))
+    return NULL;
+  if (!T.ready) return PyErr_Format(PyExc_RuntimeError, "dsa._fastcall: torch_setup has not succeeded");
+  if (g_nops == FC_MAX_OPS) return PyErr_Format(PyExc_RuntimeError, "dsa._fastcall: more than %d operators", FC_MAX_OPS);
+  fc_op *op = &g_ops[g_nops];
+  memset(op, 0, sizeof *op);
+  op->site = site;
+  op->nargs = (int)strlen(kinds);
+  op->ntensors = (int)PyTuple_Size(tensor_args);
+  op->nscalars = (int)PyTuple_Size(scalar_args);
+  if (site < 0 || site >= FC_MAX_SITES || op->nargs > FC_MAX_OP_ARGS || op->ntensors > FC_MAX_ARGS ||
+      op->nscalars > FC_MAX_SCALARS ||
+      snprintf(op->name, sizeof op->name, "%s::%s", ns, name) >= (int)sizeof op->name ||
+      snprintf(op->checked, sizeof op->checked, "%s", checked) >= (int)sizeof op->checked ||
+      strlen(ns) >= sizeof g_libs[0].ns || strlen(key) >= sizeof g_libs[0].key)
+    return PyErr_Format(PyExc_ValueError, "dsa._fastcall.torch_register: %s: out of the module's limits", name);
+  for (int a = 0; a < op->nargs; a++) {
+    char c = kinds[a], l = (char)(c | 0x20);
+    if (l != K_TENSOR && l != K_FLOAT && l != K_INT)
+      return PyErr_Format(PyExc_ValueError, "dsa._fastcall.torch_register: %s: argument kind '%c'", name, c);
+    op->kind[a] = c;
+  }
+  for (int i = 0; i < op->ntensors; i++) {
+    PyObject *v = PyTuple_GetItem(tensor_args, i);
+    long a = v == Py_None ? -1 : PyLong_AsLong(v);
+    if (a == -1 && PyErr_Occurred()) return NULL;
+    if (a >= op->nargs || (a >= 0 && (op->kind[a] | 0x20) != K_TENSOR))
+      return PyErr_Format(PyExc_ValueError, "dsa._fastcall.torch_register: %s: tensor %d is no tensor argument", name, i);
+    op->tensor_arg[i] = (int)a;
+  }
+  for (int j = 0; j < op->nscalars; j++) {
+    PyObject *v = PyTuple_GetItem(scalar_args, j), *what, *value;
+    if (!PyTuple_Check(v) || PyTuple_Size(v) != 2 || !PyUnicode_Check(what = PyTuple_GetItem(v, 0)))
+      return PyErr_Format(PyExc_ValueError, "dsa._fastcall.torch_register: %s: scalar %d is ('arg', i) or ('const', v)", name, j);
+    value = PyTuple_GetItem(v, 1);
+    if (PyUnicode_CompareWithASCIIString(what, "arg") == 0) {
+      long a = PyLong_AsLong(value);
+      if (a == -1 && PyErr_Occurred()) return NULL;
+      if (a < 0 || a >= op->nargs || (op->kind[a] | 0x20) == K_TENSOR)
+        return PyErr_Format(PyExc_ValueError, "dsa._fastcall.torch_register: %s: scalar %d is no scalar argument", name, j);
+      op->scalar_arg[j] = (int)a;
+    } else {
+      op->scalar_arg[j] = -1;
+      if (scalar_from_python(value, &op->scalar_const[j])) return NULL;
+    }
+  }
+  void *lib = NULL;
+  for (int l = 0; l < g_nlibs && !lib; l++)
+    if (!strcmp(g_libs[l].ns, ns) && !strcmp(g_libs[l].key, key)) lib = g_libs[l].lib;
+  if (!lib) {
+    if (g_nlibs == (int)(sizeof g_libs / sizeof g_libs[0]))
+      return PyErr_Format(PyExc_RuntimeError, "dsa._fastcall: too many (namespace, dispatch key) pairs");
+    if (T.library_init_impl(ns, key, __FILE__, __LINE__, &lib) || !lib)
+      return PyErr_Format(PyExc_RuntimeError, "dsa._fastcall: torch.library %s / %s not made", ns, key);
+    snprintf(g_libs[g_nlibs].ns, sizeof g_libs[0].ns, "%s", ns);
+    snprintf(g_libs[g_nlibs].key, sizeof g_libs[0].key, "%s", key);
+    g_libs[g_nlibs++].lib = lib;
+  }
+  if (T.library_impl(lib, name, g_trampoline[g_nops], TORCH_2_10_0))
+    return PyErr_Format(PyExc_RuntimeError, "dsa._fastcall: %s: the kernel was not registered", op->name);
+  g_nops++;
+  Py_RETURN_NONE;
+}
+
+/* torch_checked_failed(message) -> bool: called by a checked twin that caught the checked path's
+ * exception. True: a C kernel of this thread called the twin and takes the message (the twin returns
+ * placeholders rather than raise into the dispatcher, which would only log it); False: the twin was
+ * called some other way, and raises. */
+PyObject *fc_torch_checked_failed(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *msg;
+  if (!PyArg_ParseTuple(args, "U", &msg)) return NULL;
+  if (!t_in_checked) Py_RETURN_FALSE;
+  PyObject *old = t_checked_failure;
+  Py_INCREF(msg);
+  t_checked_failure = msg;
+  Py_XDECREF(old);
+  Py_RETURN_TRUE;
+}
+
+/* ---- a call -------------------------------------------------------------------------------------- */
+
+typedef struct { /* one call's arguments, read off the stack */
+  aten_tensor tensor[FC_MAX_OP_ARGS];     /* NULL: not a tensor, or None */
+  stable_ivalue *box[FC_MAX_OP_ARGS];     /* an optional's box, to free */
+  fc_scalar scalar[FC_MAX_OP_ARGS];
+  fc_csig sig[FC_MAX_ARGS];               /* per site tensor */
+  void *ptr[FC_MAX_ARGS];
+  int32_t device_type;
+} op_call;
+
+/* The arguments' signatures in C; 0 when one has no C form (the checked path then judges it). */
+static int read_args(const fc_op *op, stable_ivalue *stack, op_call *c) {
+  for (int a = 0; a < op->nargs; a++) {
+    stable_ivalue v = stack[a];
+    char kind = op->kind[a];
+    if (kind >= 'A' && kind <= 'Z') { /* optional: null, or a box */
+      c->box[a] = (stable_ivalue *)(uintptr_t)v;
+      if (!c->box[a]) {
+        c->scalar[a].kind = FC_NONE;
+        continue;
+      }
+      v = *c->box[a];
+      kind = (char)(kind | 0x20);
+    }
+    if (kind == K_TENSOR) {
+      c->tensor[a] = (aten_tensor)(uintptr_t)v;
+    } else if (kind == K_FLOAT) {
+      c->scalar[a].kind = FC_FLOAT;
+      memcpy(&c->scalar[a].f, &v, sizeof(double));
+    } else {
+      c->scalar[a].kind = FC_INT;
+      c->scalar[a].i = (int64_t)v;
+    }
+  }
+  int ok = 1;
+  c->device_type = T.device_cuda;
+  for (int i = 0; i < op->ntensors; i++) {
+    fc_csig *s = &c->sig[i];
+    aten_tensor t = op->tensor_arg[i] < 0 ? NULL : c->tensor[op->tensor_arg[i]];
+    s->ndim = -1;
+    c->ptr[i] = NULL;
+    if (!t) continue;
+    int64_t dim, *sizes, *strides;
+    int32_t dtype, dtype_index = -1, devtype, devindex;
+    if (T.get_dim(t, &dim) || T.get_sizes(t, &sizes) || T.get_strides(t, &strides) || T.get_dtype(t, &dtype) ||
+        T.get_device_type(t, &devtype) || T.get_device_index(t, &devindex) || T.get_data_ptr(t, &c->ptr[i]) ||
+        dim > FC_MAX_DIMS)
+      ok = 0;
+    for (int d = 0; d < FC_DT_COUNT; d++)
+      if (T.dtype[d] == dtype) dtype_index = d;
+    if (!ok || dtype_index < 0) return 0;
+    s->ndim = (int)dim;
+    s->dtype = dtype_index;
+    s->device = devtype == T.device_cuda ? devindex : devtype == T.device_cpu ? -1 : -2;
+    memcpy(s->size, sizes, (size_t)dim * sizeof(int64_t));
+    memcpy(s->stride, strides, (size_t)dim * sizeof(int64_t));
+    if (devtype != T.device_cuda) c->device_type = devtype;
+  }
+  return 1;
+}
+
+static int same_scalar(const fc_scalar *a, const fc_scalar *b) { /* as Python's == on None, int, float */
+  if (a->kind == FC_NONE || b->kind == FC_NONE) return a->kind == b->kind;
+  if (a->kind == FC_INT && b->kind == FC_INT) return a->i == b->i;
+  double x = a->kind == FC_INT ? (double)a->i : a->f, y = b->kind == FC_INT ? (double)b->i : b->f;
+  return x == y && (a->kind == FC_FLOAT || (int64_t)x == a->i) && (b->kind == FC_FLOAT || (int64_t)y == b->i);
+}
+
+static int same_sig(const fc_csig *a, const fc_csig *b) {
+  if (a->ndim != b->ndim) return 0;
+  if (a->ndim < 0) return 1;
+  return a->dtype == b->dtype && a->device == b->device &&
+         !memcmp(a->size, b->size, (size_t)a->ndim * sizeof(int64_t)) &&
+         !memcmp(a->stride, b->stride, (size_t)a->ndim * sizeof(int64_t));
+}
+
+static int matches(const fc_op *op, const fc_plan *p, const op_call *c) {
+  if (!p->c_ok || p->n != op->ntensors || p->nscalars != op->nscalars) return 0;
+  for (int j = 0; j < op->nscalars; j++) {
+    const fc_scalar *s = op->scalar_arg[j] < 0 ? &op->scalar_const[j] : &c->scalar[op->scalar_arg[j]];
+    if (!same_scalar(s, &p->cscalar[j])) return 0;
+  }
+  for (int i = 0; i < op->ntensors; i++)
+    if (!same_sig(&c->sig[i], &p->csig[i])) return 0;
+  return 1;
+}
+
+/* The site's plan for these arguments, its reference taken (most recently used first), or NULL. */
+static fc_plan *find_plan(const fc_op *op, const op_call *c) {
+  PyGILState_STATE g = PyGILState_Ensure();
+  fc_site *st = &fc_sites[op->site];
+  fc_plan *found = NULL;
+  for (int k = 0; k < st->count && !found; k++) {
+    fc_plan *p = st->plan[k];
+    if (!matches(op, p, c)) continue;
+    p->refs++;
+    memmove(&st->plan[1], &st->plan[0], (size_t)k * sizeof st->plan[0]);
+    st->plan[0] = p;
+    found = p;
+  }
+  PyGILState_Release(g);
+  return found;
+}
+
+static void release_plan(fc_plan *p) {
+  PyGILState_STATE g = PyGILState_Ensure();
+  fc_plan_release(p);
+  PyGILState_Release(g);
+}
+
+/* Frees what the kernel owns of the stack's arguments. */
+static void free_args(const fc_op *op, op_call *c) {
+  for (int a = 0; a < op->nargs; a++) {
+    if (c->tensor[a]) T.delete_tensor(c->tensor[a]);
+    if (c->box[a]) T.operator_delete(c->box[a]);
+  }
+}
+
+static _Thread_local char t_message[1024];
+
+/* Raises RuntimeError(message) in the caller's Python through the dispatcher. */
+static void fail(const char *message) {
+  T.throw_runtime_error(message);
+}
+
+/* The text of the Python exception set now (cleared), into t_message. */
+static void python_error_text(const char *op) {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyObject *s = value ? PyObject_Str(value) : NULL;
+  PyObject *b = s ? PyUnicode_AsEncodedString(s, "utf-8", "replace") : NULL;
+  snprintf(t_message, sizeof t_message, "%s: %s", op, b ? PyBytes_AsString(b) : "failed");
+  Py_XDECREF(b);
+  Py_XDECREF(s);
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(tb);
+  PyErr_Clear();
+}
+
+/* The call through plan p; 0, or -1 with t_message set (everything the call made freed). */
+static int run(const fc_op *op, const fc_plan *p, op_call *c, stable_ivalue *stack) {
+  _Alignas(16) unsigned char args[FC_MAX_STRUCT];
+  memcpy(args, p->args, p->args_bytes);
+  aten_tensor made[FC_MAX_ARGS] = {0};
+  void *ws = NULL;
+  size_t ws_bytes = 0;
+  int status = 0;
+  const int32_t devtype = c->device_type, devindex = devtype == T.device_cuda ? (int32_t)p->c_device : -1;
+  for (int i = 0; i < p->n; i++) {
+    void *ptr = c->ptr[i];
+    if (c->sig[i].ndim < 0 && p->calloc[i].ndim >= 0) {
+      const fc_csig *a = &p->calloc[i];
+      if (T.empty_strided(a->ndim, a->size, a->stride, T.dtype[a->dtype], devtype, devindex, &made[i]) ||
+          T.get_data_ptr(made[i], &ptr)) {
+        snprintf(t_message, sizeof t_message, "%s: an output could not be allocated", op->name);
+        status = -1;
+        goto done;
+      }
+    }
+    if (p->offset[i] == FC_WORKSPACE) {
+      ws = ptr;
+      ws_bytes = made[i] ? p->ws_need : p->ws_given_bytes;
+    } else if (p->offset[i] >= 0) {
+      memcpy(args + p->offset[i], &ptr, sizeof ptr);
+    }
+  }
+  void *stream = NULL;
+  if (devtype == T.device_cuda && (!T.current_cuda_stream || T.current_cuda_stream(devindex, &stream))) {
+    snprintf(t_message, sizeof t_message, "%s: no current CUDA stream", op->name);
+    status = -1;
+    goto done;
+  }
+  status = p->takes_workspace ? ((fc_fn_workspace)p->fn)(args, ws, ws_bytes, stream)
+                              : ((fc_fn_plain)p->fn)(args, stream);
+  if (status != 0) { /* the library's message, as DsaError has it */
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *r = fc_fail_callback ? PyObject_CallFunction(fc_fail_callback, "i", status) : NULL;
+    Py_XDECREF(r);
+    if (PyErr_Occurred())
+      python_error_text(op->name);
+    else
+      snprintf(t_message, sizeof t_message, "%s: the C call failed with status %d", op->name, status);
+    PyGILState_Release(g);
+    goto done;
+  }
+  for (int j = 0; j < p->nresults; j++) /* the results are outputs made here */
+    if (!made[p->results[j]]) {
+      snprintf(t_message, sizeof t_message, "%s: result %d was not allocated by its plan", op->name, j);
+      status = -1;
+      goto done;
+    }
+  for (int j = 0; j < p->nresults; j++) {
+    stack[j] = (stable_ivalue)(uintptr_t)made[p->results[j]];
+    made[p->results[j]] = NULL;
+  }
+done:
+  for (int i = 0; i < p->n; i++)
+    if (made[i]) T.delete_tensor(made[i]);
+  return status == 0 ? 0 : -1;
+}
+
+/* The call through the checked twin, which takes the stack (and what it owns) and leaves the
+ * results on it; 0, or -1 with t_message set. */
+static int run_checked(const fc_op *op, stable_ivalue *stack, uint64_t nret) {
+  const int outer = t_in_checked; /* the twin's Python may call another operator (a kernel within) */
+  t_in_checked = 1;
+  aoti_error e = T.call_dispatcher(op->checked, "", stack, TORCH_2_10_0);
+  t_in_checked = outer;
+  if (e) {
+    snprintf(t_message, sizeof t_message, "%s: the checked path failed (PyTorch logged why)", op->name);
+    return -1;
+  }
+  PyGILState_STATE g = PyGILState_Ensure();
+  PyObject *msg = t_checked_failure;
+  t_checked_failure = NULL;
+  if (msg) {
+    PyObject *b = PyUnicode_AsEncodedString(msg, "utf-8", "replace");
+    snprintf(t_message, sizeof t_message, "%s", b ? PyBytes_AsString(b) : "dsa: the checked path failed");
+    Py_XDECREF(b);
+    Py_DECREF(msg);
+    PyErr_Clear();
+  }
+  PyGILState_Release(g);
+  if (!msg) return 0;
+  for (uint64_t j = 0; j < nret; j++) /* the twin's placeholders */
+    if (stack[j]) T.delete_tensor((aten_tensor)(uintptr_t)stack[j]);
+  return -1;
+}
+
+static void op_kernel(int k, stable_ivalue *stack, uint64_t nargs, uint64_t nret) {
+  const fc_op *op = &g_ops[k];
+  op_call c;
+  memset(&c, 0, sizeof c);
+  if (nargs != (uint64_t)op->nargs) {
+    snprintf(t_message, sizeof t_message, "%s: called with %d arguments, registered with %d", op->name, (int)nargs,
+             op->nargs);
+    fail(t_message);
+  }
+  fc_plan *p = read_args(op, stack, &c) ? find_plan(op, &c) : NULL;
+  if (!p) {
+    if (run_checked(op, stack, nret)) fail(t_message);
+    return;
+  }
+  int r = run(op, p, &c, stack);
+  release_plan(p);
+  free_args(op, &c);
+  if (r) fail(t_message);
+}
