@@ -55,7 +55,7 @@ static struct {
   aoti_error (*empty_strided)(int64_t ndim, const int64_t *sizes, const int64_t *strides, int32_t dtype,
                               int32_t device_type, int32_t device_index, aten_tensor *out);
   aoti_error (*delete_tensor)(aten_tensor);
-  aoti_error (*current_cuda_stream)(int32_t device_index, void **stream); /* NULL without libtorch_cuda */
+  aoti_error (*current_cuda_stream)(int32_t device_index, void **stream); /* NULL: a CPU-only PyTorch */
   void (*operator_delete)(void *);                                         /* ::operator delete(void *) */
   void (*throw_runtime_error)(const char *);                               /* std::__throw_runtime_error */
   int32_t dtype[FC_DT_COUNT];                                              /* PyTorch's code of each FC_DT_* */
@@ -107,7 +107,8 @@ PyObject *fc_torch_setup(PyObject *self, PyObject *args) {
   T.device_cpu = code ? code() : -1;
   *(void **)&code = lookup(cpu, "aoti_torch_device_type_cuda", &missing);
   T.device_cuda = code ? code() : -1;
-  if (cuda) *(void **)&T.current_cuda_stream = dlsym(cuda, "aoti_torch_get_current_cuda_stream");
+  if (cuda_path) /* a CUDA build of PyTorch: its kernels need the current stream */
+    *(void **)&T.current_cuda_stream = lookup(cuda, "aoti_torch_get_current_cuda_stream", &missing);
   /* the handles stay open: the libraries are Python's for the life of the process */
   if (missing) Py_RETURN_FALSE;
   T.ready = 1;
