@@ -21,7 +21,8 @@
 #              .ci/run's steps and carried (`carry: [".whl"]`), installed with pip --target (the
 #              machine installs nothing from the network), then python/tests' GPU tests and
 #              torch.ops.dsa's (test_gpu.py, test_ops.py) against that install, and the host cost a
-#              call against torch.add's (dev/python_overhead.py)
+#              call against torch.add's (dev/python_overhead.py; again with DSA_TORCH_OPS=python for
+#              torch.ops.dsa's Python kernels)
 #   barriers   the sanitizers' model of named barriers: dsa-dev-racecheck-named-barrier's three modes
 #              under racecheck and synccheck, and synccheck over heads_as_m's 128-head case (it reports
 #              "divergent threads" at heads_as_m's consumer barriers: the tool's, or real?)
@@ -296,10 +297,14 @@ wheel)
   echo "installed $(basename "$whl") with $(python3 --version) (torch $(python3 -c 'import torch; print(torch.__version__)'))"
   PYTHONPATH=/tmp/dsa-site timeout 500 python3 -m pytest -q -p no:cacheprovider --import-mode=importlib \
     python/tests/test_gpu.py python/tests/test_ops.py >"$OUT/wheel-pytest.log" 2>&1 || rc=1
-  PYTHONPATH=/tmp/dsa-site python3 -c "import dsa; from dsa import _fast; print('dsa', dsa.version(), 'from', dsa.__file__, 'fast path:', _fast._ext)"
+  PYTHONPATH=/tmp/dsa-site python3 -c "import dsa, dsa.ops; from dsa import _fast; print('dsa', dsa.version(), 'from', dsa.__file__, 'fast path:', _fast._ext, 'torch.ops C kernels:', dsa.ops._C_KERNELS)"
   PYTHONPATH=/tmp/dsa-site timeout 120 python3 dev/python_overhead.py >"$OUT/python-overhead.log" 2>&1 || rc=1
+  # torch.ops.dsa with its Python kernels, for the C kernels' gain on this machine
+  DSA_TORCH_OPS=python PYTHONPATH=/tmp/dsa-site timeout 120 python3 dev/python_overhead.py \
+    >"$OUT/python-overhead-python-kernels.log" 2>&1 || rc=1
   tail -n 15 "$OUT/wheel-pytest.log"
   cat "$OUT/python-overhead.log"
+  grep "torch.ops" "$OUT/python-overhead-python-kernels.log"
   ;;
 *)
   echo "device_modes: unknown mode '$mode' (tools, barriers, crossover, scores, prefill, merge, seesaw, cp, compare, wheel)" >&2

@@ -134,7 +134,8 @@ def _checked_twin(fn, returns: int):
 def register_c_kernel(lib: torch.library.Library, ns: str, key: str, op: _Op, schema: str) -> bool:
     """Registers op's C kernel as ns::NAME's for dispatch key `key`, and its checked twin
     ns::_checked_NAME (defined here); False where op has none. ns::NAME must be defined with schema.
-    (dsa registers CUDA kernels; test_cpu.py the same for CPU tensors in a namespace of its own.)"""
+    (dsa registers CUDA kernels; test_ops.py and dev/host_call_cost.py the same for CPU tensors, in
+    namespaces of their own.)"""
     lay = op.c_layout
     if lay is None:
         return False
