@@ -306,6 +306,45 @@ def test_c_kernels_raise_dsa_messages(c_kernels_on_cpu):
     assert (i.shape, n.shape) == ((4, 8), (4,))
 
 
+def test_c_kernels_under_threads_and_evictions(c_kernels_on_cpu):
+    """Four threads calling operators of 40 topk signatures (more than a site keeps: plans evicted
+    while others run) and sparse_mla's, while the plans are cleared now and then: every call returns
+    outputs of its own signature's shapes, and nothing fails."""
+    import random
+    import threading
+
+    from dsa import _fast
+
+    sc = torch.empty(4, 100)
+    q, kv, idx = torch.empty(3, 16, 576, dtype=torch.bfloat16), torch.empty(100, 656, dtype=torch.uint8), \
+        torch.empty(3, 64, dtype=torch.int32)
+    errors = []
+
+    def work(seed):
+        r = random.Random(seed)
+        try:
+            for _ in range(400):
+                if r.random() < 0.7:
+                    k = r.randint(1, 40)
+                    i, n = torch.ops.dsa_cpu_test.topk(sc, k)
+                    assert i.shape == (4, k) and n.shape == (4,), (k, i.shape)
+                else:
+                    o, lse = torch.ops.dsa_cpu_test.sparse_mla(q, kv, idx, r.choice((0.1, 0.2)), None, 64)
+                    assert o.shape == (3, 16, 512) and lse.shape == (3, 16)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for _ in range(20):
+        _fast.clear()
+        threading.Event().wait(0.005)
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+
+
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                                reason="needs an sm_90 GPU")
 
