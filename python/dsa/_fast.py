@@ -234,14 +234,44 @@ def _load_ext() -> Any:
 
 _ext = _load_ext()
 _configured: Any = False  # torch.empty as last given to the extension (None: PyTorch was not imported then)
+_torch_abi: Optional[bool] = None  # whether the extension reaches PyTorch's stable C ABI (None: not yet known)
+
+
+def torch_abi() -> bool:
+    """Whether the extension can use PyTorch's stable C ABI here: a real PyTorch >= 2.11 imported, its
+    libraries found (python/ext/torch_op.c). Then torch.ops.dsa's kernels are C (dsa/ops.py) and the
+    fast path's outputs are allocated in C++."""
+    global _torch_abi
+    if _torch_abi is None:
+        torch = sys.modules.get("torch")
+        if _ext is None or torch is None or not getattr(torch, "__file__", None):
+            return False  # not known yet: PyTorch may be imported later (or is a test's stand-in)
+        try:
+            major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+        except (AttributeError, ValueError):
+            major, minor = 0, 0
+        _torch_abi = False
+        if (major, minor) >= (2, 11):
+            lib = os.path.join(os.path.dirname(torch.__file__), "lib")
+            cuda = os.path.join(lib, "libtorch_cuda.so")
+            _torch_abi = bool(_ext.torch_setup(os.path.join(lib, "libtorch_cpu.so"),
+                                               cuda if os.path.exists(cuda) else None))
+    return _torch_abi
 
 
 def _configure() -> None:
-    """Gives the extension what it calls back: the stream getters, record_stream, the error raiser and
-    torch.empty (once PyTorch is imported)."""
+    """Gives the extension what it calls back: the stream getters, record_stream, the error raiser,
+    torch.empty (once PyTorch is imported), and where the stable C ABI serves, PyTorch's function that
+    takes C++ tensors into Python (the extension then allocates outputs in C++)."""
     global _configured
-    empty = getattr(sys.modules.get("torch"), "empty", None)
+    torch = sys.modules.get("torch")
+    empty = getattr(torch, "empty", None)
     if _configured is False or (_configured is None and empty is not None):
         raw = empty is not None and raw_stream_getter()
-        _ext.configure(raw or current_stream, stream_handle, torch_keep_for_stream, lambda status: _fail(status), empty)
+        steal = None
+        if empty is not None and torch_abi():  # takes a list of handles and deletes them (the singular form copies)
+            aoti = getattr(getattr(torch, "_C", None), "_aoti", None)
+            steal = getattr(aoti, "alloc_tensors_by_stealing_from_void_ptrs", None)
+        _ext.configure(raw or current_stream, stream_handle, torch_keep_for_stream, lambda status: _fail(status), empty,
+                       steal)
         _configured = empty

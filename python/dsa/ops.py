@@ -94,19 +94,9 @@ _KINDS = {"Tensor": "t", "Optional[Tensor]": "T", "float": "f", "Optional[float]
 
 
 def _c_kernels_usable() -> bool:
-    """Whether torch.ops.dsa's kernels can run in C: the extension, PyTorch >= 2.11 (the stable C ABI's
-    registration as tested), and not turned off by DSA_TORCH_OPS=python."""
-    if _fast._ext is None or os.environ.get("DSA_TORCH_OPS") == "python":
-        return False
-    try:
-        major, minor = (int(x) for x in torch.__version__.split(".")[:2])
-    except ValueError:
-        return False
-    if (major, minor) < (2, 11):
-        return False
-    lib = os.path.join(os.path.dirname(torch.__file__), "lib")
-    cuda = os.path.join(lib, "libtorch_cuda.so")
-    return bool(_fast._ext.torch_setup(os.path.join(lib, "libtorch_cpu.so"), cuda if os.path.exists(cuda) else None))
+    """Whether torch.ops.dsa's kernels can run in C: the extension on PyTorch's stable C ABI (PyTorch >=
+    2.11, dsa/_fast.py: torch_abi), and not turned off by DSA_TORCH_OPS=python."""
+    return os.environ.get("DSA_TORCH_OPS") != "python" and _fast.torch_abi()
 
 
 _C_KERNELS = _c_kernels_usable()

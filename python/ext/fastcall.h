@@ -78,6 +78,7 @@ typedef struct {
   fc_scalar cscalar[FC_MAX_SCALARS];
   fc_csig calloc[FC_MAX_ARGS];            /* what is allocated where the call allocates (ndim -1: nothing) */
   long c_device;                          /* the device it runs on (get_device() of its first input) */
+  int c_alloc_cpu;                        /* its first tensor is on the CPU (tests): so are its outputs */
 } fc_plan;
 
 typedef struct {
@@ -90,6 +91,12 @@ extern fc_site fc_sites[FC_MAX_SITES];
 extern PyObject *fc_fail_callback;
 
 void fc_plan_release(fc_plan *p);
+
+/* torch_op.c: a new tensor of signature a (contiguous), on the CPU or CUDA device `device`, made by
+ * PyTorch's C++ allocator and handed to Python by steal([handle]) (fastcall.c: the fast path's
+ * outputs); NULL with an exception set when it cannot be made. */
+PyObject *fc_torch_new_tensor(const fc_csig *a, int on_cpu, long device, PyObject *steal);
+int fc_torch_ready(void);
 
 /* torch_op.c: the module's functions for torch.ops.dsa (dsa/ops.py) */
 PyObject *fc_torch_setup(PyObject *self, PyObject *args);

@@ -115,6 +115,33 @@ PyObject *fc_torch_setup(PyObject *self, PyObject *args) {
   Py_RETURN_TRUE;
 }
 
+int fc_torch_ready(void) { return T.ready; }
+
+PyObject *fc_torch_new_tensor(const fc_csig *a, int on_cpu, long device, PyObject *steal) {
+  aten_tensor h = NULL;
+  const int32_t devtype = on_cpu ? T.device_cpu : T.device_cuda, devindex = on_cpu ? -1 : (int32_t)device;
+  if (T.empty_strided(a->ndim, a->size, a->stride, T.dtype[a->dtype], devtype, devindex, &h) || !h)
+    return PyErr_Format(PyExc_RuntimeError, "dsa: an output could not be allocated");
+  /* steal([handle]) -> [tensor]: takes the handle (and deletes it) */
+  PyObject *cap = PyCapsule_New(h, NULL, NULL), *list = cap ? PyList_New(1) : NULL, *got = NULL, *x = NULL;
+  if (list) {
+    Py_INCREF(cap);
+    PyList_SetItem(list, 0, cap); /* steals the new reference */
+    got = PyObject_CallFunctionObjArgs(steal, list, NULL);
+  }
+  if (got && PyList_Check(got) && PyList_Size(got) == 1) {
+    x = PyList_GetItem(got, 0);
+    Py_INCREF(x);
+  } else if (!PyErr_Occurred()) {
+    PyErr_SetString(PyExc_RuntimeError, "dsa: PyTorch's handle-to-tensor call answered unexpectedly");
+  }
+  if (!got) T.delete_tensor(h); /* not taken */
+  Py_XDECREF(got);
+  Py_XDECREF(list);
+  Py_XDECREF(cap);
+  return x;
+}
+
 /* ---- operators --------------------------------------------------------------------------------- */
 
 /* Schema argument kinds (dsa/ops.py: _KINDS): upper case is the optional form. */

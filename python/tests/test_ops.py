@@ -214,8 +214,10 @@ def c_kernels_on_cpu(monkeypatch):
             schema = schema[schema.index("("):]
             _CPU_TEST_LIB.define(name + schema)
             assert ops.register_c_kernel(_CPU_TEST_LIB, "dsa_cpu_test", "CPU", getattr(ops, name), schema)
+    _fast._configured = False  # the extension is given this test's stream getter
     yield rec
     _fast.clear()
+    _fast._configured = False
 
 
 _CPU_TEST_LIB = None
@@ -248,40 +250,62 @@ def _masked(op_name, record, args, results):
     return bytes(b), ws is not None, ws_bytes, stream
 
 
-def test_c_kernels_call_c_as_the_checked_path_does(c_kernels_on_cpu):
+@pytest.mark.parametrize("via", ["torch.ops", "dsa"])
+def test_c_kernels_call_c_as_the_checked_path_does(c_kernels_on_cpu, monkeypatch, via):
     """Each operator's first call of a signature runs its checked twin (dsa's checked path, which
     leaves a plan); a later call of it, with new tensors, runs the C kernel, which passes C the
     struct, workspace size and stream the checked path passed (each tensor's pointer its own; each
-    new output's the returned tensor's), and returns outputs of the same shapes, strides and dtypes.
-    Signatures that differ in a tensor or a scalar each get their own plan, and a plan serves only
-    its own."""
+    new output's the returned tensor's), and returns outputs of the same shapes, strides, dtypes and
+    device. Signatures that differ in a tensor or a scalar each get their own plan, and a plan serves
+    only its own. via "dsa": the same through the operators' Python functions (dsa's public calls,
+    their fast path in dsa._fastcall), whose outputs are then allocated in C++, not by torch.empty."""
     import random
 
+    import dsa.ops as ops
     from dsa import _fast
 
     rec = c_kernels_on_cpu
+
+    def call(name, args):
+        return getattr(torch.ops.dsa_cpu_test, name)(*args) if via == "torch.ops" else getattr(ops, name).fn(*args)
+
     cases = _c_cases()
     checked = {}
     for case, make in cases.items():
         name, *args = make()
         before = rec.calls
-        got = getattr(torch.ops.dsa_cpu_test, name)(*args)
+        got = call(name, args)
         assert rec.calls == before + 1, case
         checked[case] = (_masked(name, rec.last_call, args, got), got)
     assert _fast.plan_count() == len(cases)
+    empties = []  # torch.empty as the extension calls it, from here on: not at all
+    real_empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: empties.append(a) or real_empty(*a, **k))
+    _fast._configured = False
+    _fast._configure()
     order = list(cases) * 3
     random.Random(0).shuffle(order)
     for case in order:
         name, *args = cases[case]()
         want, got0 = checked[case]
         before = rec.calls
-        got = getattr(torch.ops.dsa_cpu_test, name)(*args)
+        got = call(name, args)
         assert rec.calls == before + 1, case
         assert _fast.plan_count() == len(cases), f"{case}: the C kernel did not find its plan"
         assert _masked(name, rec.last_call, args, got) == want, case
         outs = got if isinstance(got, tuple) else () if got is None else (got,)
         outs0 = got0 if isinstance(got0, tuple) else () if got0 is None else (got0,)
-        assert [(o.shape, o.dtype, o.stride()) for o in outs] == [(o.shape, o.dtype, o.stride()) for o in outs0], case
+        assert [(o.shape, o.dtype, o.stride(), o.device) for o in outs] == \
+            [(o.shape, o.dtype, o.stride(), o.device) for o in outs0], case
+    assert not empties, f"torch.empty called {len(empties)} times"
+    # no reference to an output kept in C++ (PyTorch would then keep its Python object alive too)
+    import gc
+    import weakref
+
+    name, *args = cases["sparse_mla"]()
+    refs = [weakref.ref(o) for o in call(name, args)]
+    gc.collect()
+    assert all(r() is None for r in refs), "an output outlives its last reference"
 
 
 def test_c_kernels_raise_dsa_messages(c_kernels_on_cpu):
