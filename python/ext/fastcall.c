@@ -78,6 +78,22 @@ const char *const fc_dtype_names[FC_DT_COUNT] = {"torch.bfloat16", "torch.float1
                                                    "torch.int32",    "torch.int64",   "torch.uint8",
                                                    "torch.int8",     "torch.float8_e4m3fn"};
 
+int fc_scalar_from_python(PyObject *v, fc_scalar *s) {
+  if (v == Py_None) {
+    s->kind = FC_NONE;
+  } else if (PyFloat_Check(v)) {
+    s->kind = FC_FLOAT;
+    s->f = PyFloat_AsDouble(v);
+  } else if (PyLong_Check(v)) { /* bool too */
+    s->kind = FC_INT;
+    if ((s->i = PyLong_AsLongLong(v)) == -1 && PyErr_Occurred()) return -1;
+  } else {
+    PyErr_SetString(PyExc_TypeError, "dsa._fastcall: a scalar with a C form is None, an int or a float");
+    return -1;
+  }
+  return 0;
+}
+
 /* FC_DT_* of a torch dtype, or -1. */
 static int dtype_code(PyObject *dtype) {
   PyObject *s = dtype ? PyObject_Str(dtype) : NULL;
@@ -124,21 +140,8 @@ static void plan_c_form(fc_plan *p) {
   Py_ssize_t ns = PyTuple_Size(p->scalars);
   if (ns > FC_MAX_SCALARS) goto out;
   p->nscalars = (int)ns;
-  for (int j = 0; j < p->nscalars; j++) {
-    PyObject *v = PyTuple_GetItem(p->scalars, j);
-    fc_scalar *c = &p->cscalar[j];
-    if (v == Py_None) {
-      c->kind = FC_NONE;
-    } else if (PyFloat_Check(v)) {
-      c->kind = FC_FLOAT;
-      c->f = PyFloat_AsDouble(v);
-    } else if (PyLong_Check(v)) {
-      c->kind = FC_INT;
-      if ((c->i = PyLong_AsLongLong(v)) == -1 && PyErr_Occurred()) goto out;
-    } else {
-      goto out;
-    }
-  }
+  for (int j = 0; j < p->nscalars; j++)
+    if (fc_scalar_from_python(PyTuple_GetItem(p->scalars, j), &p->cscalar[j])) goto out;
   if ((p->c_device = PyLong_AsLong(p->device_index)) == -1 && PyErr_Occurred()) goto out;
   p->c_alloc_cpu = 0;
   for (int i = 0; i < p->n; i++)

@@ -91,6 +91,8 @@ extern fc_site fc_sites[FC_MAX_SITES];
 extern PyObject *fc_fail_callback;
 
 void fc_plan_release(fc_plan *p);
+/* A Python scalar's C form: 0, or -1 with an exception set (not None, an int or a float). */
+int fc_scalar_from_python(PyObject *v, fc_scalar *s);
 
 /* torch_op.c: a new tensor of signature a (contiguous), on the CPU or CUDA device `device`, made by
  * PyTorch's C++ allocator and handed to Python by steal([handle]) (fastcall.c: the fast path's

@@ -187,22 +187,6 @@ static struct {
 } g_libs[8];
 static int g_nlibs;
 
-static int scalar_from_python(PyObject *v, fc_scalar *s) {
-  if (v == Py_None) {
-    s->kind = FC_NONE;
-  } else if (PyFloat_Check(v)) {
-    s->kind = FC_FLOAT;
-    s->f = PyFloat_AsDouble(v);
-  } else if (PyLong_Check(v)) {
-    s->kind = FC_INT;
-    if ((s->i = PyLong_AsLongLong(v)) == -1 && PyErr_Occurred()) return -1;
-  } else {
-    PyErr_SetString(PyExc_TypeError, "dsa._fastcall.torch_register: a constant scalar is None, an int or a float");
-    return -1;
-  }
-  return 0;
-}
-
 /* torch_register(namespace, dispatch_key, name, site, kinds, tensor_args, scalar_args, checked):
  * registers the C kernel of namespace::name for dispatch_key. kinds: a str, one letter per schema
  * argument ('t' tensor, 'f' float, 'i' int or bool; upper case: optional); tensor_args: per site
@@ -257,7 +241,7 @@ PyObject *fc_torch_register(PyObject *self, PyObject *args) {
       op->scalar_arg[j] = (int)a;
     } else {
       op->scalar_arg[j] = -1;
-      if (scalar_from_python(value, &op->scalar_const[j])) return NULL;
+      if (fc_scalar_from_python(value, &op->scalar_const[j])) return NULL;
     }
   }
   void *lib = NULL;
