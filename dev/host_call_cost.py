@@ -142,13 +142,13 @@ def python_part(noop_path):
 def torch_ops_part(torch, mla, scores, store, base):
     """torch.ops.dsa's host cost a call (outputs allocated, as the operators do), C a no-op: each
     operator registered for CPU tensors in a namespace of this script's, with its C kernel
-    (python/ext/torch_op.c) and with its Python function as the kernel (what PyTorch < 2.11 or
+    (python/ext/torch_op.c) and with its Python function as the kernel (what PyTorch < 2.10 or
     DSA_TORCH_OPS=python gets)."""
     import dsa.ops as ops
     from dsa import _tensors
 
     if not ops._C_KERNELS:
-        print("(no C kernels for torch.ops here: dsa._fastcall not built, or PyTorch < 2.11)")
+        print("(no C kernels for torch.ops here: dsa._fastcall not built, or PyTorch < 2.10)")
         return
     _tensors._torch_view = lambda x: _tensors.View(x.data_ptr(), tuple(x.shape), x.stride(),
                                                    _tensors._TORCH_DTYPES[str(x.dtype)], "torch", 0, x, x,

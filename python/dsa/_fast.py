@@ -238,7 +238,7 @@ _torch_abi: Optional[bool] = None  # whether the extension reaches PyTorch's sta
 
 
 def torch_abi() -> bool:
-    """Whether the extension can use PyTorch's stable C ABI here: a real PyTorch >= 2.11 imported, its
+    """Whether the extension can use PyTorch's stable C ABI here: a real PyTorch >= 2.10 imported, its
     libraries found (python/ext/torch_op.c). Then torch.ops.dsa's kernels are C (dsa/ops.py) and the
     fast path's outputs are allocated in C++."""
     global _torch_abi
@@ -251,7 +251,7 @@ def torch_abi() -> bool:
         except (AttributeError, ValueError):
             major, minor = 0, 0
         _torch_abi = False
-        if (major, minor) >= (2, 11):
+        if (major, minor) >= (2, 10):
             lib = os.path.join(os.path.dirname(torch.__file__), "lib")
             cuda = os.path.join(lib, "libtorch_cuda.so")
             _torch_abi = bool(_ext.torch_setup(os.path.join(lib, "libtorch_cpu.so"),

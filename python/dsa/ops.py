@@ -30,7 +30,7 @@ zeros unless compact. The workspace-size queries are host functions on shapes an
 Registered with torch.library.Library (define + impl, fakes by register_fake), not custom_op, for a
 lower host cost a call. Needs PyTorch >= 2.4; ``import dsa`` alone does not import PyTorch.
 
-Kernels in C: with the wheel's extension (dsa._fastcall) and PyTorch >= 2.11, every operator whose
+Kernels in C: with the wheel's extension (dsa._fastcall) and PyTorch >= 2.10, every operator whose
 arguments are tensors and numbers gets a C kernel (python/ext/torch_op.c) through PyTorch's stable C
 ABI in place of its Python function: the dispatcher hands it the call's tensors as C handles, and a
 call whose signature the checked path has seen runs the library straight from C (outputs from
@@ -95,7 +95,7 @@ _KINDS = {"Tensor": "t", "Optional[Tensor]": "T", "float": "f", "Optional[float]
 
 def _c_kernels_usable() -> bool:
     """Whether torch.ops.dsa's kernels can run in C: the extension on PyTorch's stable C ABI (PyTorch >=
-    2.11, dsa/_fast.py: torch_abi), and not turned off by DSA_TORCH_OPS=python."""
+    2.10, dsa/_fast.py: torch_abi), and not turned off by DSA_TORCH_OPS=python."""
     return os.environ.get("DSA_TORCH_OPS") != "python" and _fast.torch_abi()
 
 

@@ -16,8 +16,9 @@
  *
  * No PyTorch header is needed to build: the shim functions used are declared here and looked up at
  * run time in the libtorch Python loaded (dlopen RTLD_NOLOAD). Registration is torch_library_impl's,
- * versioned (PyTorch >= 2.10), with the conversions of 2.10.0. dsa/ops.py checks the whole round
- * trip once on a probe operator before it relies on it.
+ * versioned (PyTorch >= 2.10), with the conversions of 2.10.0, so a later PyTorch converts as 2.10
+ * did (the stable ABI's promise). test_ops.py ran on PyTorch 2.10 and 2.11; dsa/_fast.py (torch_abi)
+ * uses this file from 2.10 on, where every shim function is found.
  *
  * Failures reach Python as RuntimeError carrying dsa's message (the checked path's DsaError or
  * DsaArgumentError text). C cannot throw; the kernel calls libstdc++'s std::__throw_runtime_error,

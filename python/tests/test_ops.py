@@ -192,7 +192,7 @@ def c_kernels_on_cpu(monkeypatch):
     from dsa import _fast, _lib, _tensors
 
     if not ops._C_KERNELS:
-        pytest.skip("no C kernels here (dsa._fastcall not built, or PyTorch < 2.11)")
+        pytest.skip("no C kernels here (dsa._fastcall not built, or PyTorch < 2.10)")
     from fake_arrays import CRecorder  # noqa: E402
 
     rec = CRecorder()
