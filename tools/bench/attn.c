@@ -35,6 +35,8 @@ static const attn_shape ATTN_SHAPES[] = {
     {"prefill 64 x 64h", 1, 1, 64, 64, 0, 0},       {"prefill 64 x 128h", 1, 1, 64, 128, 0, 0},
     {"prefill 4096 x 128h", 1, 1, 4096, 128, 0, 0}, {"chunked 4096 x 16h", 1, 1, 4096, 16, 131072, 0},
     {"chunked 4096 x 16h, 90% shared", 1, 1, 4096, 16, 131072, 0.9},
+    {"chunked 4096 x 8h", 1, 1, 4096, 8, 131072, 0},  /* GLM-5 at TP8: 8 heads a GPU */
+    {"chunked 4096 x 8h, 90% shared", 1, 1, 4096, 8, 131072, 0.9},
 };
 #define ATTN_CHUNK_CTX_MAX 131072 /* the largest ctx above (the Floyd marks) */
 
