@@ -202,7 +202,8 @@ PyObject *fc_torch_register(PyObject *self, PyObject *args) {
                         &PyTuple_Type, &scalar_args, &checked))
     return NULL;
   if (!T.ready) return PyErr_Format(PyExc_RuntimeError, "dsa._fastcall: torch_setup has not succeeded");
-  if (g_nops == FC_MAX_OPS) return PyErr_Format(PyExc_RuntimeError, "dsa._fastcall: more than %d operators", FC_MAX_OPS);
+  if (g_nops == FC_MAX_OPS)
+    return PyErr_Format(PyExc_RuntimeError, "dsa._fastcall: more than %d operators", FC_MAX_OPS);
   fc_op *op = &g_ops[g_nops];
   memset(op, 0, sizeof *op);
   op->site = site;
@@ -226,19 +227,22 @@ PyObject *fc_torch_register(PyObject *self, PyObject *args) {
     long a = v == Py_None ? -1 : PyLong_AsLong(v);
     if (a == -1 && PyErr_Occurred()) return NULL;
     if (a >= op->nargs || (a >= 0 && (op->kind[a] | 0x20) != K_TENSOR))
-      return PyErr_Format(PyExc_ValueError, "dsa._fastcall.torch_register: %s: tensor %d is no tensor argument", name, i);
+      return PyErr_Format(PyExc_ValueError, "dsa._fastcall.torch_register: %s: tensor %d is no tensor argument",
+                          name, i);
     op->tensor_arg[i] = (int)a;
   }
   for (int j = 0; j < op->nscalars; j++) {
     PyObject *v = PyTuple_GetItem(scalar_args, j), *what, *value;
     if (!PyTuple_Check(v) || PyTuple_Size(v) != 2 || !PyUnicode_Check(what = PyTuple_GetItem(v, 0)))
-      return PyErr_Format(PyExc_ValueError, "dsa._fastcall.torch_register: %s: scalar %d is ('arg', i) or ('const', v)", name, j);
+      return PyErr_Format(PyExc_ValueError,
+                          "dsa._fastcall.torch_register: %s: scalar %d is ('arg', i) or ('const', v)", name, j);
     value = PyTuple_GetItem(v, 1);
     if (PyUnicode_CompareWithASCIIString(what, "arg") == 0) {
       long a = PyLong_AsLong(value);
       if (a == -1 && PyErr_Occurred()) return NULL;
       if (a < 0 || a >= op->nargs || (op->kind[a] | 0x20) == K_TENSOR)
-        return PyErr_Format(PyExc_ValueError, "dsa._fastcall.torch_register: %s: scalar %d is no scalar argument", name, j);
+        return PyErr_Format(PyExc_ValueError, "dsa._fastcall.torch_register: %s: scalar %d is no scalar argument",
+                            name, j);
       op->scalar_arg[j] = (int)a;
     } else {
       op->scalar_arg[j] = -1;
