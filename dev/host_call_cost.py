@@ -33,7 +33,7 @@ PAGES = S // P
 
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "python" / "tests"))
-from fake_arrays import FakeTorch  # noqa: E402  (test_cpu.py's: looks like a CUDA torch.Tensor)
+from fake_arrays import FakeTorch, op_schema, torch_cpu_view  # noqa: E402  (the tests' stand-ins)
 
 
 def t(shape, dtype="bfloat16"):
@@ -150,15 +150,12 @@ def torch_ops_part(torch, mla, scores, store, base):
     if not ops._C_KERNELS:
         print("(no C kernels for torch.ops here: dsa._fastcall not built, or PyTorch < 2.10)")
         return
-    _tensors._torch_view = lambda x: _tensors.View(x.data_ptr(), tuple(x.shape), x.stride(),
-                                                   _tensors._TORCH_DTYPES[str(x.dtype)], "torch", 0, x, x,
-                                                   x.is_contiguous())  # CPU tensors as device 0's
+    _tensors._torch_view = torch_cpu_view  # CPU tensors as device 0's
     torch._C._cuda_getCurrentRawStream = lambda index: 0
     _fast._raw_stream, _fast._configured = None, False  # the extension asks the stream of this getter
     libs = {"c": torch.library.Library("dsa_cost_c", "DEF"), "py": torch.library.Library("dsa_cost_py", "DEF")}
     for name in ("sparse_mla", "topk", "mla_kv_store"):
-        schema = str(getattr(torch.ops.dsa, name).default._schema)
-        schema = schema[schema.index("("):]
+        schema = op_schema(name)
         for lib in libs.values():
             lib.define(name + schema)
         assert ops.register_c_kernel(libs["c"], "dsa_cost_c", "CPU", getattr(ops, name), schema)

@@ -143,10 +143,10 @@ static void plan_c_form(fc_plan *p) {
   for (int j = 0; j < p->nscalars; j++)
     if (fc_scalar_from_python(PyTuple_GetItem(p->scalars, j), &p->cscalar[j])) goto out;
   if ((p->c_device = PyLong_AsLong(p->device_index)) == -1 && PyErr_Occurred()) goto out;
-  p->c_alloc_cpu = 0;
+  p->c_on_cpu = 0;
   for (int i = 0; i < p->n; i++)
     if (p->csig[i].ndim >= 0) {
-      p->c_alloc_cpu = p->csig[i].device == -1;
+      p->c_on_cpu = p->csig[i].device == -1;
       break;
     }
   p->c_ok = 1;
@@ -356,7 +356,7 @@ static PyObject *run(const fc_plan *p, PyObject *tensors, PyObject *stream) {
     PyObject *x = PyTuple_GetItem(tensors, i);
     int made = 0;
     if (x == Py_None && p->alloc_args[i] && g_steal && g_steal != Py_None && p->c_ok && fc_torch_ready()) {
-      if (!(x = fc_torch_new_tensor(&p->calloc[i], p->c_alloc_cpu, p->c_device, g_steal))) goto done;
+      if (!(x = fc_torch_new_tensor(p, i, g_steal))) goto done;
       made = 1;
     } else if (x == Py_None && p->alloc_args[i]) {
       if (!g_empty || g_empty == Py_None) {

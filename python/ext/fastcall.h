@@ -78,7 +78,7 @@ typedef struct {
   fc_scalar cscalar[FC_MAX_SCALARS];
   fc_csig calloc[FC_MAX_ARGS];            /* what is allocated where the call allocates (ndim -1: nothing) */
   long c_device;                          /* the device it runs on (get_device() of its first input) */
-  int c_alloc_cpu;                        /* its first tensor is on the CPU (tests): so are its outputs */
+  int c_on_cpu;                           /* its tensors are on the CPU (tests): its outputs too, no stream */
 } fc_plan;
 
 typedef struct {
@@ -94,10 +94,10 @@ void fc_plan_release(fc_plan *p);
 /* A Python scalar's C form: 0, or -1 with an exception set (not None, an int or a float). */
 int fc_scalar_from_python(PyObject *v, fc_scalar *s);
 
-/* torch_op.c: a new tensor of signature a (contiguous), on the CPU or CUDA device `device`, made by
- * PyTorch's C++ allocator and handed to Python by steal([handle]) (fastcall.c: the fast path's
- * outputs); NULL with an exception set when it cannot be made. */
-PyObject *fc_torch_new_tensor(const fc_csig *a, int on_cpu, long device, PyObject *steal);
+/* torch_op.c: plan p's allocation i (calloc[i], on the plan's device) made by PyTorch's C++
+ * allocator and handed to Python by steal([handle]) (fastcall.c: the fast path's outputs); NULL with
+ * an exception set when it cannot be made. */
+PyObject *fc_torch_new_tensor(const fc_plan *p, int i, PyObject *steal);
 int fc_torch_ready(void);
 
 /* torch_op.c: the module's functions for torch.ops.dsa (dsa/ops.py) */

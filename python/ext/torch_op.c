@@ -118,11 +118,21 @@ PyObject *fc_torch_setup(PyObject *self, PyObject *args) {
 
 int fc_torch_ready(void) { return T.ready; }
 
-PyObject *fc_torch_new_tensor(const fc_csig *a, int on_cpu, long device, PyObject *steal) {
-  aten_tensor h = NULL;
-  const int32_t devtype = on_cpu ? T.device_cpu : T.device_cuda, devindex = on_cpu ? -1 : (int32_t)device;
-  if (T.empty_strided(a->ndim, a->size, a->stride, T.dtype[a->dtype], devtype, devindex, &h) || !h)
-    return PyErr_Format(PyExc_RuntimeError, "dsa: an output could not be allocated");
+/* Plan p's allocation i, on the plan's device: 0, or -1 (*h NULL). */
+static int new_handle(const fc_plan *p, int i, aten_tensor *h) {
+  const fc_csig *a = &p->calloc[i];
+  *h = NULL;
+  if (T.empty_strided(a->ndim, a->size, a->stride, T.dtype[a->dtype], p->c_on_cpu ? T.device_cpu : T.device_cuda,
+                      p->c_on_cpu ? -1 : (int32_t)p->c_device, h) || !*h) {
+    *h = NULL;
+    return -1;
+  }
+  return 0;
+}
+
+PyObject *fc_torch_new_tensor(const fc_plan *p, int i, PyObject *steal) {
+  aten_tensor h;
+  if (new_handle(p, i, &h)) return PyErr_Format(PyExc_RuntimeError, "dsa: an output could not be allocated");
   /* steal([handle]) -> [tensor]: takes the handle (and deletes it) */
   PyObject *cap = PyCapsule_New(h, NULL, NULL), *list = cap ? PyList_New(1) : NULL, *got = NULL, *x = NULL;
   if (list) {
@@ -291,7 +301,6 @@ typedef struct { /* one call's arguments, read off the stack */
   fc_scalar scalar[FC_MAX_OP_ARGS];
   fc_csig sig[FC_MAX_ARGS];               /* per site tensor */
   void *ptr[FC_MAX_ARGS];
-  int32_t device_type;
 } op_call;
 
 /* The arguments' signatures in C; 0 when one has no C form (the checked path then judges it). */
@@ -318,8 +327,6 @@ static int read_args(const fc_op *op, stable_ivalue *stack, op_call *c) {
       c->scalar[a].i = (int64_t)v;
     }
   }
-  int ok = 1;
-  c->device_type = T.device_cuda;
   for (int i = 0; i < op->ntensors; i++) {
     fc_csig *s = &c->sig[i];
     aten_tensor t = op->tensor_arg[i] < 0 ? NULL : c->tensor[op->tensor_arg[i]];
@@ -331,16 +338,15 @@ static int read_args(const fc_op *op, stable_ivalue *stack, op_call *c) {
     if (T.get_dim(t, &dim) || T.get_sizes(t, &sizes) || T.get_strides(t, &strides) || T.get_dtype(t, &dtype) ||
         T.get_device_type(t, &devtype) || T.get_device_index(t, &devindex) || T.get_data_ptr(t, &c->ptr[i]) ||
         dim > FC_MAX_DIMS)
-      ok = 0;
+      return 0;
     for (int d = 0; d < FC_DT_COUNT; d++)
       if (T.dtype[d] == dtype) dtype_index = d;
-    if (!ok || dtype_index < 0) return 0;
+    if (dtype_index < 0) return 0;
     s->ndim = (int)dim;
     s->dtype = dtype_index;
     s->device = devtype == T.device_cuda ? devindex : devtype == T.device_cpu ? -1 : -2;
     memcpy(s->size, sizes, (size_t)dim * sizeof(int64_t));
     memcpy(s->stride, strides, (size_t)dim * sizeof(int64_t));
-    if (devtype != T.device_cuda) c->device_type = devtype;
   }
   return 1;
 }
@@ -432,13 +438,11 @@ static int run(const fc_op *op, const fc_plan *p, op_call *c, stable_ivalue *sta
   void *ws = NULL;
   size_t ws_bytes = 0;
   int status = 0;
-  const int32_t devtype = c->device_type, devindex = devtype == T.device_cuda ? (int32_t)p->c_device : -1;
+  /* the tensors match the plan's signature, so the plan's device is theirs */
   for (int i = 0; i < p->n; i++) {
     void *ptr = c->ptr[i];
     if (c->sig[i].ndim < 0 && p->calloc[i].ndim >= 0) {
-      const fc_csig *a = &p->calloc[i];
-      if (T.empty_strided(a->ndim, a->size, a->stride, T.dtype[a->dtype], devtype, devindex, &made[i]) ||
-          T.get_data_ptr(made[i], &ptr)) {
+      if (new_handle(p, i, &made[i]) || T.get_data_ptr(made[i], &ptr)) {
         snprintf(t_message, sizeof t_message, "%s: an output could not be allocated", op->name);
         status = -1;
         goto done;
@@ -452,7 +456,7 @@ static int run(const fc_op *op, const fc_plan *p, op_call *c, stable_ivalue *sta
     }
   }
   void *stream = NULL;
-  if (devtype == T.device_cuda && (!T.current_cuda_stream || T.current_cuda_stream(devindex, &stream))) {
+  if (!p->c_on_cpu && (!T.current_cuda_stream || T.current_cuda_stream((int32_t)p->c_device, &stream))) {
     snprintf(t_message, sizeof t_message, "%s: no current CUDA stream", op->name);
     status = -1;
     goto done;

@@ -1,7 +1,8 @@
 """Stand-ins for dsa's Python package on a machine without a GPU (test_cpu.py, test_ops.py,
 dev/host_call_cost.py). Fake speaks __cuda_array_interface__ and FakeTorch looks like a torch.Tensor:
 arrays that exist only as descriptions, never dereferenced, each with a new 4 GiB-aligned pointer
-from one counter. CRecorder stands for libdsa: C functions that record what they are passed."""
+from one counter. CRecorder stands for libdsa: C functions that record what they are passed.
+torch_cpu_view and op_schema run torch.ops.dsa's C kernels on CPU tensors."""
 
 import ctypes
 
@@ -124,3 +125,21 @@ class CRecorder:
 
     def last(self):
         return (self.calls,) + self.last_call
+
+
+# ---- torch.ops.dsa's C kernels on CPU tensors (test_ops.py, dev/host_call_cost.py) ----
+
+
+def torch_cpu_view(x):
+    """dsa's View of a CPU torch tensor as device 0's: put in place of _tensors._torch_view, dsa's
+    checked path takes CPU tensors (the operators' C kernels registered for CPU run on them)."""
+    return _tensors.View(x.data_ptr(), tuple(x.shape), x.stride(), _tensors._TORCH_DTYPES[str(x.dtype)], "torch", 0,
+                         x, x, x.is_contiguous())
+
+
+def op_schema(name):
+    """torch.ops.dsa.NAME's schema from its "(" on: the operator defined again in another namespace."""
+    import torch
+
+    schema = str(getattr(torch.ops.dsa, name).default._schema)
+    return schema[schema.index("("):]

@@ -193,16 +193,11 @@ def c_kernels_on_cpu(monkeypatch):
 
     if not ops._C_KERNELS:
         pytest.skip("no C kernels here (dsa._fastcall not built, or PyTorch < 2.10)")
-    from fake_arrays import CRecorder  # noqa: E402
+    from fake_arrays import CRecorder, op_schema, torch_cpu_view  # noqa: E402
 
     rec = CRecorder()
     monkeypatch.setattr(_lib, "lib", lambda: rec)
-
-    def cpu_view(x):
-        return _tensors.View(x.data_ptr(), tuple(x.shape), x.stride(), _tensors._TORCH_DTYPES[str(x.dtype)], "torch",
-                             0, x, x, x.is_contiguous())
-
-    monkeypatch.setattr(_tensors, "_torch_view", cpu_view)
+    monkeypatch.setattr(_tensors, "_torch_view", torch_cpu_view)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0, raising=False)
     monkeypatch.setattr(_fast, "_raw_stream", None)
     _fast.clear()
@@ -210,8 +205,7 @@ def c_kernels_on_cpu(monkeypatch):
     if _CPU_TEST_LIB is None:  # once a process: an operator's kernel is registered once
         _CPU_TEST_LIB = torch.library.Library("dsa_cpu_test", "DEF")
         for name in {c()[0] for c in _c_cases().values()}:
-            schema = str(getattr(torch.ops.dsa, name).default._schema)
-            schema = schema[schema.index("("):]
+            schema = op_schema(name)
             _CPU_TEST_LIB.define(name + schema)
             assert ops.register_c_kernel(_CPU_TEST_LIB, "dsa_cpu_test", "CPU", getattr(ops, name), schema)
     _fast._configured = False  # the extension is given this test's stream getter

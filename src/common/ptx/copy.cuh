@@ -1,7 +1,7 @@
 /*
  * ptx/copy.cuh — Hopper (sm_90a) data movement, as small inline-PTX helpers with their PTX ISA
- * sections: global loads and L2 prefetches, cp.async (and its mbarrier arrive), the TMA tensor copy and the bulk copy,
- * ordered shared-memory accesses, loads from a peer CTA's shared memory.
+ * sections: global loads and L2 prefetches, cp.async (and its mbarrier arrive), the TMA tensor copy
+ * and the bulk copy, ordered shared-memory accesses, loads from a peer CTA's shared memory.
  */
 #pragma once
 #include <cuda_runtime.h>
