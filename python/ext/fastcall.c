@@ -372,13 +372,8 @@ static PyObject *run(const fc_plan *p, PyObject *tensors, PyObject *stream) {
     if (p->offset[i] == FC_SKIP) continue;
     void *ptr = NULL;
     if (x != Py_None && !(ptr = data_ptr(x)) && PyErr_Occurred()) goto done;
-    if (p->offset[i] == FC_WORKSPACE) {
-      ws = ptr;
-      ws_bytes = made ? p->ws_need : p->ws_given_bytes;
-      if (made) workspace_made = x;
-    } else {
-      memcpy(args + p->offset[i], &ptr, sizeof ptr);
-    }
+    fc_plan_put(p, i, ptr, made, args, &ws, &ws_bytes);
+    if (made && p->offset[i] == FC_WORKSPACE) workspace_made = x;
   }
   if (PyLong_CheckExact(stream)) { /* a handle */
     handle = stream;
@@ -391,10 +386,8 @@ static PyObject *run(const fc_plan *p, PyObject *tensors, PyObject *stream) {
   void *s = PyLong_AsVoidPtr(handle);
   if (!s && PyErr_Occurred()) goto done;
   int status;
-  const int takes_workspace = p->takes_workspace;
-  void *fn = p->fn;
-  Py_BEGIN_ALLOW_THREADS
-  status = takes_workspace ? ((fc_fn_workspace)fn)(args, ws, ws_bytes, s) : ((fc_fn_plain)fn)(args, s);
+  Py_BEGIN_ALLOW_THREADS /* p stays: the call holds a reference */
+  status = fc_plan_call(p, args, ws, ws_bytes, s);
   Py_END_ALLOW_THREADS
   if (status != 0) {
     PyObject *r = PyObject_CallFunction(fc_fail_callback, "i", status);

@@ -16,6 +16,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 #define FC_MAX_ARGS 12         /* tensor arguments of a call */
 #define FC_MAX_SCALARS 12      /* scalars of a call */
@@ -91,6 +92,23 @@ extern fc_site fc_sites[FC_MAX_SITES];
 extern PyObject *fc_fail_callback;
 
 void fc_plan_release(fc_plan *p);
+
+/* Argument i's pointer where plan p puts it: its struct field (args, the plan's struct copied), or
+ * beside it as the workspace (made here: the plan's needed size; else the given one's). */
+static inline void fc_plan_put(const fc_plan *p, int i, void *ptr, int made, unsigned char *args, void **ws,
+                               size_t *ws_bytes) {
+  if (p->offset[i] == FC_WORKSPACE) {
+    *ws = ptr;
+    *ws_bytes = made ? p->ws_need : p->ws_given_bytes;
+  } else if (p->offset[i] >= 0) {
+    memcpy(args + p->offset[i], &ptr, sizeof ptr);
+  }
+}
+
+/* Plan p's library function on the struct: its status. */
+static inline int fc_plan_call(const fc_plan *p, const unsigned char *args, void *ws, size_t ws_bytes, void *stream) {
+  return p->takes_workspace ? ((fc_fn_workspace)p->fn)(args, ws, ws_bytes, stream) : ((fc_fn_plain)p->fn)(args, stream);
+}
 /* A Python scalar's C form: 0, or -1 with an exception set (not None, an int or a float). */
 int fc_scalar_from_python(PyObject *v, fc_scalar *s);
 

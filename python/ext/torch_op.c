@@ -448,12 +448,7 @@ static int run(const fc_op *op, const fc_plan *p, op_call *c, stable_ivalue *sta
         goto done;
       }
     }
-    if (p->offset[i] == FC_WORKSPACE) {
-      ws = ptr;
-      ws_bytes = made[i] ? p->ws_need : p->ws_given_bytes;
-    } else if (p->offset[i] >= 0) {
-      memcpy(args + p->offset[i], &ptr, sizeof ptr);
-    }
+    fc_plan_put(p, i, ptr, made[i] != NULL, args, &ws, &ws_bytes);
   }
   void *stream = NULL;
   if (!p->c_on_cpu && (!T.current_cuda_stream || T.current_cuda_stream((int32_t)p->c_device, &stream))) {
@@ -461,8 +456,7 @@ static int run(const fc_op *op, const fc_plan *p, op_call *c, stable_ivalue *sta
     status = -1;
     goto done;
   }
-  status = p->takes_workspace ? ((fc_fn_workspace)p->fn)(args, ws, ws_bytes, stream)
-                              : ((fc_fn_plain)p->fn)(args, stream);
+  status = fc_plan_call(p, args, ws, ws_bytes, stream);
   if (status != 0) { /* the library's message, as DsaError has it */
     PyGILState_STATE g = PyGILState_Ensure();
     PyObject *r = fc_fail_callback ? PyObject_CallFunction(fc_fail_callback, "i", status) : NULL;
