@@ -121,19 +121,28 @@ def python_part(noop_path):
         "mla_kv_store": (dsa._MLA_KV_STORE, (kvr, slot, kv), (), _lib.MlaKvStoreArgs, {},
                          lambda: dsa.mla_kv_store(kvr, slot, kv, stream=0)),
     }
-    impls = [("fastcall", _fast._ext)] if _fast._ext is not None else []
-    impls.append(("python", None))
+    # the extension reading tensors in C (PyTorch >= 2.10), the extension asking their Python attributes,
+    # the Python implementation
+    impls = [("python", None, None)]
+    if _fast._ext is not None:
+        _fast._configure()
+        impls[:0] = ([("fastcall", _fast._ext, True), ("fc-attrs", _fast._ext, False)] if _fast.torch_abi()
+                     else [("fastcall", _fast._ext, None)])
     base = best_us(lambda: torch.add(a, b), N // 2)
     print(f"\nfast path, Python part a call (real CPU tensors, C a no-op; torch.add on 16 CPU floats {base:.2f} us):")
     ext = _fast._ext
-    for impl, mod in impls:
+    for impl, mod, in_c in impls:
         _fast._ext = mod
+        if in_c is not None:
+            assert _fast.borrow_setup(torch, in_c) == in_c
         for name, (site, tensors, scalars, atype, allocs, call) in rows.items():
             _fast.clear()
             _fast.remember(site, tensors, scalars, atype(), Like(tensors[0]), allocs)
             assert call() is not None or site is dsa._MLA_KV_STORE
             print(f"  {impl:9s} {name:28s} {best_us(call, N // 2):6.2f} us")
     _fast._ext = ext
+    if ext is not None and _fast.torch_abi():
+        _fast.borrow_setup(torch)
     _fast.clear()
     torch_ops_part(torch, (q, kv, idx, lens), sc, (kvr, slot, kv), base)
     _lib.lib = real_lib

@@ -4,7 +4,8 @@ at most 1.5x a torch.add on a tiny tensor).
 For each public call (every one with a fast path: dsa/_fast.py) at a small shape (so the GPU keeps up and the loop measures the host), the wall
 time per call of N calls issued back to back, with outputs given (and workspace given) and with
 outputs allocated by the call, through each implementation of the fast path (the dsa._fastcall
-extension where it is built, and the Python one); torch.ops.dsa's operators through their kernels
+extension where it is built — with PyTorch >= 2.10 once reading tensors in C, once asking their Python
+attributes (fc-attrs) — and the Python one); torch.ops.dsa's operators through their kernels
 (C where dsa.ops has C kernels: timed with the extension, whose plans they use); beside it
 torch.add on 16 floats (output allocated, and out= given).
 One synchronisation after each loop. Needs PyTorch and an sm_90 GPU; run from the repository root:
@@ -144,11 +145,18 @@ def main():
     stream = torch.cuda.current_stream().cuda_stream
     c_only = {}
     ext = _fast._ext
-    impls = [("fastcall", ext), ("python", None)] if ext is not None else [("python", None)]
+    # the extension reading tensors in C (PyTorch >= 2.10), the extension asking their Python attributes,
+    # the Python implementation
+    impls = [("python", None, None)]
+    if ext is not None:
+        impls[:0] = [("fastcall", ext, True), ("fc-attrs", ext, False)] if _fast.torch_abi() else [("fastcall", ext, None)]
     timed = {}  # (call, given) -> {implementation: us}
-    for impl, mod in impls:
+    for impl, mod, in_c in impls:
         _fast._ext = mod
         _fast.clear()
+        if in_c is not None:
+            _fast._configure()
+            assert _fast.borrow_setup(torch, in_c) == in_c
         for name, alloc, given in calls:
             if name.startswith("torch.ops") and mod is None and dsa.ops._C_KERNELS:
                 continue  # the C kernels find only the extension's plans: timed with it
@@ -156,11 +164,13 @@ def main():
             if given is not None:
                 timed.setdefault((name, True), {})[impl] = per_call_us(given)
     _fast._ext = ext
+    if ext is not None and _fast.torch_abi():
+        _fast.borrow_setup(torch)
     for name, alloc, given in calls:
         if given is not None:
             c_only[name] = c_call_us(given, workspaces.get(name), stream)
     base = rows[0][1]
-    names = [impl for impl, _ in impls]
+    names = [impl for impl, _, _ in impls]
     print(f"dsa {dsa.version()} on {torch.cuda.get_device_name()}, torch {torch.__version__}: host us a call "
           f"(N = {N}, back to back); fast path: {' / '.join(names)} (dsa/_fast.py); C: the library call alone "
           f"(its struct built once), the floor under Python")

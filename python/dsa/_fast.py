@@ -272,6 +272,20 @@ def _configure() -> None:
         if empty is not None and torch_abi():  # takes a list of handles and deletes them (the singular form copies)
             aoti = getattr(getattr(torch, "_C", None), "_aoti", None)
             steal = getattr(aoti, "alloc_tensors_by_stealing_from_void_ptrs", None)
+            borrow_setup(torch)
         _ext.configure(raw or current_stream, stream_handle, torch_keep_for_stream, lambda status: _fail(status), empty,
                        steal)
         _configured = empty
+
+
+def borrow_setup(torch: Any, on: bool = True) -> bool:
+    """Lets the extension read plain torch.Tensor arguments in C (their shape, strides, dtype, device
+    and data pointer through the at::Tensor each holds: python/ext/torch_op.c, fc_torch_borrowed_sig)
+    once probe tensors show where it lies; on=False turns that off. Whether it is on."""
+    if not on:
+        return bool(_ext.torch_borrow_setup(None, (), None))
+    alloc = getattr(getattr(getattr(torch, "_C", None), "_aoti", None), "unsafe_alloc_void_ptrs_from_tensors", None)
+    if alloc is None:
+        return False
+    probes = (torch.zeros(2, 3), torch.zeros(3, 2).t(), torch.zeros(5, dtype=torch.int64)[1:])
+    return bool(_ext.torch_borrow_setup(torch.Tensor, probes, alloc))

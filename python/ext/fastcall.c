@@ -10,8 +10,12 @@
  *
  * What this saves over the Python implementation of the same plans: the signature tuple built and
  * hashed a call, ctypes' struct copy and argument conversion, and the interpreter between them.
- * What it cannot: PyTorch's own cost of answering shape, stride(), dtype, get_device() and
- * data_ptr() for each tensor, and of torch.empty.
+ * From PyTorch 2.10 (torch_op.c) also PyTorch's Python answers: a plain torch.Tensor's shape,
+ * strides, dtype, device and data pointer are read in C through the at::Tensor the object holds
+ * (fc_torch_borrowed_sig; other tensors, or a plan without a C form, ask shape, stride(), dtype,
+ * get_device() and data_ptr()), and the outputs are made by PyTorch's C++ allocator and handed to
+ * Python in one call. CPU-only machine, C a no-op: sparse_mla 0.7 us a call with its outputs given,
+ * 2.8 asking the attributes in Python, 6.2 in the Python implementation (dev/host_call_cost.py).
  *
  * Python's limited API (3.9): one build serves every CPython from 3.9 on (the wheel's abi3 tag).
  * Every plan and callback is used with the GIL held; the C call alone runs without it. A call that
@@ -279,8 +283,12 @@ static PyObject *fc_configure(PyObject *self, PyObject *args) {
 
 /* ---- a call ----------------------------------------------------------------------------------- */
 
-/* One call's tensor attributes, fetched when a plan first asks for them. */
+/* One call's tensor attributes, fetched when a plan first asks for them: read in C where the
+ * tensor allows (torch_op.c: fc_torch_borrowed_sig), else its Python attributes. */
 typedef struct {
+  signed char c_state[FC_MAX_ARGS]; /* 1: csig and ptr read in C; -1: not readable so; 0: not asked */
+  fc_csig csig[FC_MAX_ARGS];
+  void *ptr[FC_MAX_ARGS];
   PyObject *shape[FC_MAX_ARGS], *stride[FC_MAX_ARGS], *dtype[FC_MAX_ARGS];
   long device[FC_MAX_ARGS];
   unsigned char have_device[FC_MAX_ARGS];
@@ -315,6 +323,13 @@ static int matches(const fc_plan *p, PyObject *tensors, PyObject *scalars, fc_at
       continue;
     }
     if ((PyObject *)Py_TYPE(x) != p->type[i]) return 0;
+    if (p->c_ok) { /* no Python: the plan's C form against the tensor's, read in C */
+      if (!a->c_state[i]) a->c_state[i] = fc_torch_borrowed_sig(x, &a->csig[i], &a->ptr[i]) ? 1 : -1;
+      if (a->c_state[i] == 1) {
+        if (!fc_same_sig(&a->csig[i], &p->csig[i])) return 0;
+        continue;
+      }
+    }
     if ((r = same(x, s_shape, 0, &a->shape[i], p->shape[i])) != 1) goto out;
     if ((r = same(x, s_stride, 1, &a->stride[i], p->stride[i])) != 1) goto out;
     if ((r = same(x, s_dtype, 0, &a->dtype[i], p->dtype[i])) != 1) goto out;
@@ -344,20 +359,31 @@ static void *data_ptr(PyObject *x) {
   return ptr;
 }
 
-/* The call through plan p: the struct, the allocations, the stream, the C function; the results. */
-static PyObject *run(const fc_plan *p, PyObject *tensors, PyObject *stream) {
+/* The call through plan p: the struct, the allocations, the stream, the C function; the results.
+ * a: the tensors' attributes as matches() left them (pointers read in C where it read them). */
+static PyObject *run(const fc_plan *p, PyObject *tensors, PyObject *stream, const fc_attrs *a) {
   _Alignas(16) unsigned char args[FC_MAX_STRUCT];
   memcpy(args, p->args, p->args_bytes);
   PyObject *got[FC_MAX_ARGS] = {0}; /* new references */
   PyObject *workspace_made = NULL, *handle = NULL, *result = NULL;
   void *ws = NULL;
   size_t ws_bytes = 0;
-  for (int i = 0; i < p->n; i++) {
+  /* the outputs to make: in C++ (PyTorch >= 2.10), all in one call, else each by torch.empty */
+  const int in_cxx = g_steal && g_steal != Py_None && p->c_ok && fc_torch_ready();
+  int which[FC_MAX_ARGS], k = 0;
+  PyObject *made_cxx[FC_MAX_ARGS];
+  void *made_ptr[FC_MAX_ARGS];
+  for (int i = 0; in_cxx && i < p->n; i++)
+    if (PyTuple_GetItem(tensors, i) == Py_None && p->alloc_args[i]) which[k++] = i;
+  if (k && fc_torch_new_tensors(p, which, k, g_steal, made_cxx, made_ptr)) return NULL;
+  for (int i = 0, j = 0; i < p->n; i++) {
     PyObject *x = PyTuple_GetItem(tensors, i);
-    int made = 0;
-    if (x == Py_None && p->alloc_args[i] && g_steal && g_steal != Py_None && p->c_ok && fc_torch_ready()) {
-      if (!(x = fc_torch_new_tensor(p, i, g_steal))) goto done;
-      made = 1;
+    void *ptr = NULL;
+    int made = 0, have_ptr = 0;
+    if (j < k && which[j] == i) {
+      x = made_cxx[j];
+      ptr = made_ptr[j++];
+      made = have_ptr = 1;
     } else if (x == Py_None && p->alloc_args[i]) {
       if (!g_empty || g_empty == Py_None) {
         PyErr_SetString(PyExc_RuntimeError, "dsa._fastcall: no torch.empty to allocate with");
@@ -367,11 +393,11 @@ static PyObject *run(const fc_plan *p, PyObject *tensors, PyObject *stream) {
       made = 1;
     } else {
       Py_INCREF(x);
+      if (a->c_state[i] == 1) ptr = a->ptr[i], have_ptr = 1;
     }
     got[i] = x;
     if (p->offset[i] == FC_SKIP) continue;
-    void *ptr = NULL;
-    if (x != Py_None && !(ptr = data_ptr(x)) && PyErr_Occurred()) goto done;
+    if (x != Py_None && !have_ptr && !(ptr = data_ptr(x)) && PyErr_Occurred()) goto done;
     fc_plan_put(p, i, ptr, made, args, &ws, &ws_bytes);
     if (made && p->offset[i] == FC_WORKSPACE) workspace_made = x;
   }
@@ -410,6 +436,8 @@ static PyObject *run(const fc_plan *p, PyObject *tensors, PyObject *stream) {
   }
 done:
   for (int i = 0; i < p->n; i++) Py_XDECREF(got[i]);
+  for (int j = 0; j < k; j++) /* made but not reached by the loop (it stopped early) */
+    if (!got[which[j]]) Py_DECREF(made_cxx[j]);
   Py_XDECREF(handle);
   return result;
 }
@@ -428,7 +456,11 @@ static PyObject *fc_call(PyObject *self, PyObject *args) {
   Py_ssize_t n = PyTuple_Size(tensors);
   if (n > FC_MAX_ARGS) Py_RETURN_NONE;
   fc_attrs a;
-  memset(&a, 0, sizeof a);
+  memset(a.c_state, 0, sizeof a.c_state);
+  memset(a.shape, 0, sizeof a.shape);
+  memset(a.stride, 0, sizeof a.stride);
+  memset(a.dtype, 0, sizeof a.dtype);
+  memset(a.have_device, 0, sizeof a.have_device);
   const unsigned long generation = g_generation;
   for (int k = 0; k < st->count; k++) {
     fc_plan *p = st->plan[k];
@@ -448,7 +480,7 @@ static PyObject *fc_call(PyObject *self, PyObject *args) {
       st->plan[0] = p;
     }
     attrs_release(&a, (int)n);
-    PyObject *result = run(p, tensors, stream);
+    PyObject *result = run(p, tensors, stream, &a);
     fc_plan_release(p);
     return result;
   }
@@ -465,6 +497,8 @@ static PyMethodDef fc_methods[] = {
     {"count", fc_count, METH_NOARGS, "plans kept"},
     {"torch_setup", fc_torch_setup, METH_VARARGS,
      "torch_setup(libtorch_cpu_path, libtorch_cuda_path or None) -> whether PyTorch's stable C ABI is usable"},
+    {"torch_borrow_setup", fc_torch_borrow_setup, METH_VARARGS,
+     "torch_borrow_setup(torch.Tensor, probes, unsafe_alloc_void_ptrs_from_tensors) -> whether tensors are read in C"},
     {"torch_register", fc_torch_register, METH_VARARGS,
      "torch_register(namespace, dispatch_key, name, site, kinds, tensor_args, scalar_args, checked) -> None"},
     {"torch_checked_failed", fc_torch_checked_failed, METH_VARARGS,

@@ -112,14 +112,27 @@ static inline int fc_plan_call(const fc_plan *p, const unsigned char *args, void
 /* A Python scalar's C form: 0, or -1 with an exception set (not None, an int or a float). */
 int fc_scalar_from_python(PyObject *v, fc_scalar *s);
 
-/* torch_op.c: plan p's allocation i (calloc[i], on the plan's device) made by PyTorch's C++
- * allocator and handed to Python by steal([handle]) (fastcall.c: the fast path's outputs); NULL with
- * an exception set when it cannot be made. */
-PyObject *fc_torch_new_tensor(const fc_plan *p, int i, PyObject *steal);
+/* Whether two C signatures are the same (shape, strides, dtype, device; both None counts). */
+static inline int fc_same_sig(const fc_csig *a, const fc_csig *b) {
+  if (a->ndim != b->ndim) return 0;
+  if (a->ndim < 0) return 1;
+  return a->dtype == b->dtype && a->device == b->device && !memcmp(a->size, b->size, (size_t)a->ndim * sizeof(int64_t)) &&
+         !memcmp(a->stride, b->stride, (size_t)a->ndim * sizeof(int64_t));
+}
+
+/* torch_op.c: plan p's allocations which[0 .. k) (calloc[i], on the plan's device) made by PyTorch's
+ * C++ allocator and handed to Python by one steal([handles]) call (fastcall.c: the fast path's
+ * outputs): out[j] a new reference, ptr[j] its data; 0, or -1 with an exception set and nothing made. */
+int fc_torch_new_tensors(const fc_plan *p, const int *which, int k, PyObject *steal, PyObject **out, void **ptr);
 int fc_torch_ready(void);
+/* torch_op.c: a torch.Tensor's C signature and data pointer read in C through the at::Tensor the
+ * object holds (torch_borrow_setup proved where); 0 where that is not possible (the object is not a
+ * plain torch.Tensor, or has no C form): its Python attributes then answer. */
+int fc_torch_borrowed_sig(PyObject *x, fc_csig *s, void **ptr);
 
 /* torch_op.c: the module's functions for torch.ops.dsa (dsa/ops.py) */
 PyObject *fc_torch_setup(PyObject *self, PyObject *args);
+PyObject *fc_torch_borrow_setup(PyObject *self, PyObject *args);
 PyObject *fc_torch_register(PyObject *self, PyObject *args);
 PyObject *fc_torch_checked_failed(PyObject *self, PyObject *args);
 

@@ -14,6 +14,10 @@
  *     dsa's checked path, which remembers the plan) through the dispatcher, on the same stack.
  * A torch.ops call then costs about what a C++ operator costs, not a round trip into Python.
  *
+ * The same shim serves dsa's own Python calls (fastcall.c): it allocates their outputs, and it reads
+ * plain torch.Tensor arguments in C (fc_torch_borrowed_sig) once torch_borrow_setup has shown where
+ * the object keeps its at::Tensor.
+ *
  * No PyTorch header is needed to build: the shim functions used are declared here and looked up at
  * run time in the libtorch Python loaded (dlopen RTLD_NOLOAD). Registration is torch_library_impl's,
  * versioned (PyTorch >= 2.10), with the conversions of 2.10.0, so a later PyTorch converts as 2.10
@@ -130,27 +134,113 @@ static int new_handle(const fc_plan *p, int i, aten_tensor *h) {
   return 0;
 }
 
-PyObject *fc_torch_new_tensor(const fc_plan *p, int i, PyObject *steal) {
-  aten_tensor h;
-  if (new_handle(p, i, &h)) return PyErr_Format(PyExc_RuntimeError, "dsa: an output could not be allocated");
-  /* steal([handle]) -> [tensor]: takes the handle (and deletes it) */
-  PyObject *cap = PyCapsule_New(h, NULL, NULL), *list = cap ? PyList_New(1) : NULL, *got = NULL, *x = NULL;
-  if (list) {
-    Py_INCREF(cap);
-    PyList_SetItem(list, 0, cap); /* steals the new reference */
-    got = PyObject_CallFunctionObjArgs(steal, list, NULL);
+int fc_torch_new_tensors(const fc_plan *p, const int *which, int k, PyObject *steal, PyObject **out, void **ptr) {
+  aten_tensor h[FC_MAX_ARGS] = {0};
+  PyObject *list = PyList_New(k), *got = NULL;
+  int made = 0, status = -1;
+  if (!list) goto done;
+  for (; made < k; made++) {
+    if (new_handle(p, which[made], &h[made]) || T.get_data_ptr(h[made], &ptr[made])) {
+      PyErr_Format(PyExc_RuntimeError, "dsa: an output could not be allocated");
+      goto done;
+    }
+    PyObject *cap = PyCapsule_New(h[made], NULL, NULL);
+    if (!cap) {
+      made++; /* h[made] is made: deleted below */
+      goto done;
+    }
+    PyList_SetItem(list, made, cap); /* steals the new reference */
   }
-  if (got && PyList_Check(got) && PyList_Size(got) == 1) {
-    x = PyList_GetItem(got, 0);
-    Py_INCREF(x);
-  } else if (!PyErr_Occurred()) {
+  /* steal([handles]) -> [tensors]: takes the handles (and deletes them) */
+  if (!(got = PyObject_CallFunctionObjArgs(steal, list, NULL))) goto done;
+  made = 0; /* taken */
+  if (!PyList_Check(got) || PyList_Size(got) != k) {
     PyErr_SetString(PyExc_RuntimeError, "dsa: PyTorch's handle-to-tensor call answered unexpectedly");
+    goto done;
   }
-  if (!got) T.delete_tensor(h); /* not taken */
+  for (int j = 0; j < k; j++) {
+    out[j] = PyList_GetItem(got, j);
+    Py_INCREF(out[j]);
+  }
+  status = 0;
+done:
+  for (int j = 0; j < made; j++) T.delete_tensor(h[j]); /* not taken */
   Py_XDECREF(got);
   Py_XDECREF(list);
-  Py_XDECREF(cap);
-  return x;
+  return status;
+}
+
+/* ---- torch.Tensor objects read in C (the dsa.* fast path) ---------------------------------------- */
+
+/* Since PyTorch 2.10 a torch.Tensor object (THPVariable) holds its at::Tensor, which is an
+ * AtenTensorHandle's referent, right after the object header; 2.9 held a c10::MaybeOwned there.
+ * torch_borrow_setup checks this on probe tensors before it is used, by comparing those bytes with
+ * the at::Tensor of a handle PyTorch makes for the same tensor: no memory outside the object is
+ * read until they agree. */
+#define FC_CDATA_OFFSET sizeof(PyObject)
+static PyObject *g_tensor_type; /* torch.Tensor, once checked */
+
+/* Tensor t's C signature and data pointer: 1, or 0 where it has none. */
+static int tensor_sig(aten_tensor t, fc_csig *s, void **ptr) {
+  int64_t dim, *sizes, *strides;
+  int32_t dtype, dtype_index = -1, devtype, devindex;
+  if (T.get_dim(t, &dim) || T.get_sizes(t, &sizes) || T.get_strides(t, &strides) || T.get_dtype(t, &dtype) ||
+      T.get_device_type(t, &devtype) || T.get_device_index(t, &devindex) || T.get_data_ptr(t, ptr) ||
+      dim > FC_MAX_DIMS)
+    return 0;
+  for (int d = 0; d < FC_DT_COUNT; d++)
+    if (T.dtype[d] == dtype) dtype_index = d;
+  if (dtype_index < 0) return 0;
+  s->ndim = (int)dim;
+  s->dtype = dtype_index;
+  s->device = devtype == T.device_cuda ? devindex : devtype == T.device_cpu ? -1 : -2;
+  memcpy(s->size, sizes, (size_t)dim * sizeof(int64_t));
+  memcpy(s->stride, strides, (size_t)dim * sizeof(int64_t));
+  return 1;
+}
+
+int fc_torch_borrowed_sig(PyObject *x, fc_csig *s, void **ptr) {
+  if (!g_tensor_type || (PyObject *)Py_TYPE(x) != g_tensor_type) return 0;
+  return tensor_sig((aten_tensor)((char *)x + FC_CDATA_OFFSET), s, ptr);
+}
+
+/* torch_borrow_setup(torch.Tensor, probes, unsafe_alloc_void_ptrs_from_tensors) -> bool: whether
+ * fc_torch_borrowed_sig may read torch.Tensor objects in C. probes: a tuple of at least two
+ * torch.Tensor objects; unsafe_alloc: PyTorch's call making a handle of each (an at::Tensor copy).
+ * torch_borrow_setup(None, (), None) turns it off. */
+PyObject *fc_torch_borrow_setup(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *type, *probes, *alloc;
+  if (!PyArg_ParseTuple(args, "OO!O", &type, &PyTuple_Type, &probes, &alloc)) return NULL;
+  if (type == Py_None) { /* off (tests compare both ways) */
+    Py_CLEAR(g_tensor_type);
+    Py_RETURN_FALSE;
+  }
+  if (!T.ready) Py_RETURN_FALSE;
+  const Py_ssize_t n = PyTuple_Size(probes);
+  PyObject *caps = PyObject_CallFunctionObjArgs(alloc, probes, NULL);
+  int ok = caps && PyList_Check(caps) && PyList_Size(caps) == n && n >= 2;
+  for (Py_ssize_t i = 0; caps && PyList_Check(caps) && i < PyList_Size(caps); i++) {
+    PyObject *x = i < n ? PyTuple_GetItem(probes, i) : NULL;
+    void *h = PyCapsule_GetPointer(PyList_GetItem(caps, i), NULL);
+    if (!h) {
+      ok = 0;
+      continue;
+    }
+    /* the handle is a new at::Tensor of the same TensorImpl: the same pointer as the object's */
+    if (!x || (PyObject *)Py_TYPE(x) != type || memcmp(h, (char *)x + FC_CDATA_OFFSET, sizeof(void *)) != 0) ok = 0;
+    T.delete_tensor(h);
+  }
+  Py_XDECREF(caps);
+  PyErr_Clear();
+  if (ok) {
+    Py_INCREF(type);
+    Py_XDECREF(g_tensor_type);
+    g_tensor_type = type;
+  } else {
+    Py_CLEAR(g_tensor_type); /* probes that prove nothing turn it off */
+  }
+  return PyBool_FromLong(ok);
 }
 
 /* ---- operators --------------------------------------------------------------------------------- */
@@ -333,20 +423,7 @@ static int read_args(const fc_op *op, stable_ivalue *stack, op_call *c) {
     s->ndim = -1;
     c->ptr[i] = NULL;
     if (!t) continue;
-    int64_t dim, *sizes, *strides;
-    int32_t dtype, dtype_index = -1, devtype, devindex;
-    if (T.get_dim(t, &dim) || T.get_sizes(t, &sizes) || T.get_strides(t, &strides) || T.get_dtype(t, &dtype) ||
-        T.get_device_type(t, &devtype) || T.get_device_index(t, &devindex) || T.get_data_ptr(t, &c->ptr[i]) ||
-        dim > FC_MAX_DIMS)
-      return 0;
-    for (int d = 0; d < FC_DT_COUNT; d++)
-      if (T.dtype[d] == dtype) dtype_index = d;
-    if (dtype_index < 0) return 0;
-    s->ndim = (int)dim;
-    s->dtype = dtype_index;
-    s->device = devtype == T.device_cuda ? devindex : devtype == T.device_cpu ? -1 : -2;
-    memcpy(s->size, sizes, (size_t)dim * sizeof(int64_t));
-    memcpy(s->stride, strides, (size_t)dim * sizeof(int64_t));
+    if (!tensor_sig(t, s, &c->ptr[i])) return 0;
   }
   return 1;
 }
@@ -358,14 +435,6 @@ static int same_scalar(const fc_scalar *a, const fc_scalar *b) { /* as Python's 
   return x == y && (a->kind == FC_FLOAT || (int64_t)x == a->i) && (b->kind == FC_FLOAT || (int64_t)y == b->i);
 }
 
-static int same_sig(const fc_csig *a, const fc_csig *b) {
-  if (a->ndim != b->ndim) return 0;
-  if (a->ndim < 0) return 1;
-  return a->dtype == b->dtype && a->device == b->device &&
-         !memcmp(a->size, b->size, (size_t)a->ndim * sizeof(int64_t)) &&
-         !memcmp(a->stride, b->stride, (size_t)a->ndim * sizeof(int64_t));
-}
-
 static int matches(const fc_op *op, const fc_plan *p, const op_call *c) {
   if (!p->c_ok || p->n != op->ntensors || p->nscalars != op->nscalars) return 0;
   for (int j = 0; j < op->nscalars; j++) {
@@ -373,7 +442,7 @@ static int matches(const fc_op *op, const fc_plan *p, const op_call *c) {
     if (!same_scalar(s, &p->cscalar[j])) return 0;
   }
   for (int i = 0; i < op->ntensors; i++)
-    if (!same_sig(&c->sig[i], &p->csig[i])) return 0;
+    if (!fc_same_sig(&c->sig[i], &p->csig[i])) return 0;
   return 1;
 }
 

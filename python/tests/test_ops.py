@@ -302,6 +302,49 @@ def test_c_kernels_call_c_as_the_checked_path_does(c_kernels_on_cpu, monkeypatch
     assert all(r() is None for r in refs), "an output outlives its last reference"
 
 
+def _no_python(*args, **kwargs):
+    raise AssertionError("a tensor attribute asked in Python")
+
+
+def test_fast_path_reads_plain_tensors_in_c(c_kernels_on_cpu, monkeypatch):
+    """From PyTorch 2.10 dsa's fast path reads each plain torch.Tensor argument in C (shape, strides,
+    dtype, device and data pointer, through the at::Tensor the object holds): a planned call asks none
+    of them in Python, and C gets the call the checked path gave it. With that turned off the
+    attributes answer, to the same effect."""
+    import dsa.ops as ops
+    from dsa import _fast
+
+    rec = c_kernels_on_cpu
+    cases = _c_cases()
+    want = {}
+    for case, make in cases.items():  # the plans, by the checked path
+        name, *args = make()
+        got = getattr(ops, name).fn(*args)
+        want[case] = _masked(name, rec.last_call, args, got)
+    assert _fast.borrow_setup(torch), "the probes did not show the at::Tensor where PyTorch >= 2.10 keeps it"
+    for on in (True, False):
+        assert _fast.borrow_setup(torch, on) == on
+        for case, make in cases.items():
+            name, *args = make()
+            before = rec.calls
+            with monkeypatch.context() as m:
+                if on:
+                    for attr in ("shape", "dtype"):
+                        m.setattr(torch.Tensor, attr, property(_no_python))
+                    for attr in ("stride", "get_device", "data_ptr", "size", "dim"):
+                        m.setattr(torch.Tensor, attr, _no_python)
+                got = getattr(ops, name).fn(*args)
+            assert rec.calls == before + 1 and _fast.plan_count() == len(cases), (case, on)
+            assert _masked(name, rec.last_call, args, got) == want[case], (case, on)
+    assert _fast.borrow_setup(torch)
+    # probes that are not plain torch.Tensor objects prove nothing: it stays off
+    alloc = torch._C._aoti.unsafe_alloc_void_ptrs_from_tensors
+    assert not _fast._ext.torch_borrow_setup(torch.Tensor, (torch.nn.Parameter(torch.zeros(2)), torch.zeros(2)), alloc)
+    assert not _fast._ext.torch_borrow_setup(torch.Tensor, (torch.zeros(2),), alloc)  # fewer than two
+    assert _fast.borrow_setup(torch, False) is False
+    assert _fast.borrow_setup(torch)
+
+
 def test_c_kernels_raise_dsa_messages(c_kernels_on_cpu):
     """A failure raises RuntimeError with dsa's message: the checked path's (a bad argument) and the
     library's (a failed status on a planned call); the operator works again afterwards."""
