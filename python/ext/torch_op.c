@@ -139,17 +139,18 @@ int fc_torch_new_tensors(const fc_plan *p, const int *which, int k, PyObject *st
   PyObject *list = PyList_New(k), *got = NULL;
   int made = 0, status = -1;
   if (!list) goto done;
-  for (; made < k; made++) {
-    if (new_handle(p, which[made], &h[made]) || T.get_data_ptr(h[made], &ptr[made])) {
+  for (int j = 0; j < k; j++) {
+    if (new_handle(p, which[j], &h[j])) {
       PyErr_Format(PyExc_RuntimeError, "dsa: an output could not be allocated");
       goto done;
     }
-    PyObject *cap = PyCapsule_New(h[made], NULL, NULL);
+    made = j + 1; /* h[0 .. made) are ours until PyTorch takes them */
+    PyObject *cap = T.get_data_ptr(h[j], &ptr[j]) ? NULL : PyCapsule_New(h[j], NULL, NULL);
     if (!cap) {
-      made++; /* h[made] is made: deleted below */
+      if (!PyErr_Occurred()) PyErr_Format(PyExc_RuntimeError, "dsa: an output's data pointer could not be read");
       goto done;
     }
-    PyList_SetItem(list, made, cap); /* steals the new reference */
+    PyList_SetItem(list, j, cap); /* steals the new reference */
   }
   /* steal([handles]) -> [tensors]: takes the handles (and deletes them) */
   if (!(got = PyObject_CallFunctionObjArgs(steal, list, NULL))) goto done;
