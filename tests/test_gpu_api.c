@@ -234,8 +234,8 @@ static const mla_case k_graph_mla = {
     .num_slots = 10000, .seed = 912};
 /* bf16 KV at 64 heads x 8 tokens: heads_as_m by the table, the seesaw consumers where forced */
 static const mla_case k_graph_mla_bf16 = {
-    .name = "graph mla bf16", .H = 64, .T = 8, .topk = 2048, .fmt = DSA_KV_BF16, .lens_given = 1, .q_amp = 1.0,
-    .num_slots = 10000, .seed = 913};
+    .name = "graph mla bf16", .H = 64, .T = 8, .topk = 2048, .fmt = DSA_KV_BF16, .kv_stride = DSA_MLA_QK_DIM,
+    .lens_given = 1, .q_amp = 1.0, .num_slots = 10000, .seed = 913};
 
 /* dsa_indexer_decode + dsa_sparse_mla captured in one CUDA graph (global capture mode: a host
  * synchronisation or allocation inside a call breaks the capture); two replays must give the bits

@@ -31,6 +31,9 @@ void mla_build(const mla_case *c, mla_prob *p) {
 
   /* KV cache */
   if (c->fmt == DSA_KV_BF16) {
+    /* a case's stride, not the library's check: a shorter one would write past the rows below */
+    if (c->kv_stride < DSA_MLA_QK_DIM)
+      abort_case("%s: bf16 KV needs kv_stride >= %d (has %d)", c->name, DSA_MLA_QK_DIM, c->kv_stride);
     const size_t n = (size_t)S * c->kv_stride;
     uint16_t *kv = hmalloc(n * 2);
     for (int64_t s = 0; s < S; s++) {
