@@ -57,6 +57,7 @@ dsa_gpu_test(dsa.gpu_cp test_gpu_cp "")
 # ... and the merge on each kernel forced (the table picks runs for most of its small cases)
 dsa_gpu_test(dsa.gpu_cp_merge_runs test_gpu_cp "DSA_KERNEL=merge:runs")
 dsa_gpu_test(dsa.gpu_cp_merge_select test_gpu_cp "DSA_KERNEL=merge:select")
+dsa_gpu_test(dsa.gpu_cp_merge_tree test_gpu_cp "DSA_KERNEL=merge:tree")
 # The attention cases on each kernel forced.
 dsa_gpu_test(dsa.gpu_attention_mma_split test_gpu_attention "DSA_KERNEL=attention:mma_split")
 dsa_gpu_test(dsa.gpu_attention_rows_as_m test_gpu_attention "DSA_KERNEL=attention:rows_as_m")
@@ -67,6 +68,7 @@ dsa_gpu_test(dsa.gpu_garbage_rows_as_m test_gpu_garbage "DSA_KERNEL=attention:ro
 dsa_gpu_test(dsa.gpu_garbage_heads_as_m test_gpu_garbage "DSA_KERNEL=attention:heads_as_m;DSA_TEST_ONLY=attention")
 dsa_gpu_test(dsa.gpu_garbage_seesaw test_gpu_garbage "DSA_KERNEL=attention:seesaw;DSA_TEST_ONLY=attention")
 dsa_gpu_test(dsa.gpu_garbage_merge_runs test_gpu_garbage "DSA_KERNEL=merge:runs;DSA_TEST_ONLY=cp pieces")
+dsa_gpu_test(dsa.gpu_garbage_merge_tree test_gpu_garbage "DSA_KERNEL=merge:tree;DSA_TEST_ONLY=cp pieces")
 # the indexer cases on each scorer forced (the table: wgmma for prefill, wgmma_tma for FP8-q decode
 # with 64-key pages, mma otherwise)
 dsa_gpu_test(dsa.gpu_scores_mma test_gpu_indexer "DSA_KERNEL=scores:mma")

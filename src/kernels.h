@@ -47,7 +47,8 @@ typedef enum {
 } dsa_attention_kernel;
 typedef enum {
   DSA_MERGE_SELECT = 1,     /* cp/pieces.cu: one 1,024-thread CTA a row, radix select, the ids sorted */
-  DSA_MERGE_RUNS = 2        /* cp/merge_runs.cu: a cluster a row, the lists' ascending runs merged */
+  DSA_MERGE_RUNS = 2,       /* cp/merge_runs.cu: a cluster a row, the lists' ascending runs merged */
+  DSA_MERGE_TREE = 3        /* cp/merge_tree.cu: one CTA a row, the runs merged pairwise (not yet chosen) */
 } dsa_merge_kernel;
 
 /* ---- shared by indexer/ and topk/: which positions a score row covers ---- */
@@ -199,6 +200,7 @@ int dsa_attention_rows_as_m_launch(const dsa_sparse_mla_args *a, const dsa_atten
 int dsa_attention_heads_as_m_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan *plan, void *workspace,
                                     cudaStream_t stream);
 int dsa_topk_merge_runs_launch(const dsa_topk_merge_args *a, cudaStream_t stream);
+int dsa_topk_merge_tree_launch(const dsa_topk_merge_args *a, cudaStream_t stream);
 #ifdef __cplusplus
 }
 #endif

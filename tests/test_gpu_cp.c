@@ -1,9 +1,10 @@
 /*
  * test_gpu_cp.c — context parallelism's single-GPU pieces on one GPU (dsa.h "Context parallelism"):
- *   - dsa_topk_merge against the CPU reference (ties, NaN, -inf, -1 entries, W = 1..8 lists, rows
- *     with fewer valid candidates than topk, none at all; lists in random id order and, as dsa_cp
- *     makes them, in ascending id order), and the same output for the lists in another order
- *     (cmake/dsa_tests.cmake runs the program again with DSA_KERNEL=merge:runs);
+ *   - dsa_topk_merge against the CPU reference (ties, NaN, -inf, -1 entries, W = 1..8, 13, 16, 64,
+ *     65 and 100 lists, rows with fewer valid candidates than topk, none at all; lists in random id
+ *     order and, as dsa_cp makes them, in ascending id order), and the same output for the lists in
+ *     another order (cmake/dsa_tests.cmake runs the program again with DSA_KERNEL=merge:runs, :select
+ *     and :tree);
  *   - dsa_lse_combine against the CPU reference (bf16 and float32 parts, ranks without rows, rows
  *     without any part);
  *   - simulated ranks: one decode problem sharded over W ranks (round robin and blocks; each rank its
@@ -171,6 +172,12 @@ static const merge_case k_merge[] = {
     {"merge W7 k_in 3 topk 5 ascending", 7, 64, 3, 5, 1, 27, 1},
     {"merge W1 k_in 100 topk 37 ascending", 1, 40, 100, 37, 1, 28, 1},
     {"merge W8 k_in 2048 topk 1 ascending", 8, 3, 2048, 1, 0, 29, 1},
+    /* more lists than runs takes (it leaves them to select); tree merges up to 64 runs, sorts beyond */
+    {"merge W16 k_in 1024 topk 2048 ascending, ties/NaN/inf/-1/empty rows", 16, 9, 1024, 2048, 1, 30, 1},
+    {"merge W64 k_in 200 topk 2048 ascending", 64, 3, 200, 2048, 0, 31, 1},
+    {"merge W65 k_in 100 topk 300 ascending", 65, 3, 100, 300, 0, 32, 1},
+    {"merge W100 k_in 3 topk 50 four values (ties)", 100, 4, 3, 50, 2, 33, 0},
+    {"merge W13 k_in 17 topk 97 ascending, narrow band", 13, 5, 17, 97, 3, 34, 1},
 };
 
 /* ---------------------------------------------------------------------------------------------- */

@@ -598,8 +598,8 @@ static void test_indexer_kernel_choice(void) {
 
 /* Context parallelism's merge: runs where a row's cluster is at most two CTAs or all rows' clusters
  * fit 132 SMs, select elsewhere and past DSA_MERGE_RUNS_MAX_LISTS lists; DSA_KERNEL=merge:runs forces
- * runs where it can take the lists, merge:select select; a malformed merge value fails the call with
- * nothing launched. */
+ * runs where it can take the lists, merge:select select, merge:tree tree (any lists; only where forced
+ * until measured); a malformed merge value fails the call with nothing launched. */
 static dsa_status merge_call(int lists, int rows, int k_in) {
   dsa_topk_merge_args m;
   memset(&m, 0, sizeof m);
@@ -629,8 +629,10 @@ static void test_merge_kernel_choice(void) {
       {"merge:runs", 8, 1, 2048, DSA_MERGE_RUNS},  {"merge:runs", 2, 4096, 2048, DSA_MERGE_RUNS},
       {"merge:runs", 3, 5, 700, DSA_MERGE_RUNS},   {"merge:runs", 9, 1, 1000, DSA_MERGE_SELECT},
       {"merge:runs", 16, 1, 1024, DSA_MERGE_SELECT}, {"merge:select", 8, 1, 2048, DSA_MERGE_SELECT},
+      {"merge:tree", 8, 1, 2048, DSA_MERGE_TREE},  {"merge:tree", 100, 3, 3, DSA_MERGE_TREE},
+      {"merge:tree", 2, 4096, 2048, DSA_MERGE_TREE},
   };
-  static const char *const kname[3] = {"?", "select", "runs"};
+  static const char *const kname[4] = {"?", "select", "runs", "tree"};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     dsa_choose_override(cases[i].spec);
     const dsa_status st = merge_call(cases[i].lists, cases[i].rows, cases[i].k_in);
@@ -642,7 +644,7 @@ static void test_merge_kernel_choice(void) {
   }
   dsa_choose_override("merge:sort");
   const dsa_status st = merge_call(2, 1, 2048);
-  check(st == DSA_ERR_INVALID_VALUE && strstr(dsa_last_error(), "select | runs") && g_dsa_stub.launches == 0,
+  check(st == DSA_ERR_INVALID_VALUE && strstr(dsa_last_error(), "select | runs | tree") && g_dsa_stub.launches == 0,
         "DSA_KERNEL=\"merge:sort\": the merge fails with a message listing its kernels, nothing launched",
         "status %lld, launches %lld", st, g_dsa_stub.launches);
   dsa_choose_override(NULL);

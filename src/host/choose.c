@@ -35,7 +35,8 @@ static const kernel_name k_topk_names[] = {
 static const kernel_name k_attention_names[] = {
     {"mma_split", DSA_ATTN_MMA_SPLIT}, {"rows_as_m", DSA_ATTN_ROWS_AS_M}, {"heads_as_m", DSA_ATTN_HEADS_AS_M},
     {"seesaw", DSA_ATTN_SEESAW}, {NULL, 0}};
-static const kernel_name k_merge_names[] = {{"select", DSA_MERGE_SELECT}, {"runs", DSA_MERGE_RUNS}, {NULL, 0}};
+static const kernel_name k_merge_names[] = {
+    {"select", DSA_MERGE_SELECT}, {"runs", DSA_MERGE_RUNS}, {"tree", DSA_MERGE_TREE}, {NULL, 0}};
 
 static void list_names(const kernel_name *names, char *out, size_t n) {
   out[0] = 0;
@@ -293,6 +294,7 @@ int dsa_choose_merge(const dsa_topk_merge_args *a) {
   const int64_t c = ((int64_t)a->num_lists * a->k_in + DSA_MERGE_RUNS_SLICE - 1) / DSA_MERGE_RUNS_SLICE;
   const int64_t ctas = (int64_t)a->num_rows * c;
   const int runs_can = a->num_lists <= DSA_MERGE_RUNS_MAX_LISTS && ctas <= 0x7fffffff;
+  if (forced == DSA_MERGE_TREE) return DSA_MERGE_TREE; /* not yet measured: only where forced */
   if (!runs_can || forced == DSA_MERGE_SELECT) return DSA_MERGE_SELECT;
   if (forced == DSA_MERGE_RUNS || c <= 2 || ctas <= MERGE_RUNS_WAVE) return DSA_MERGE_RUNS;
   return DSA_MERGE_SELECT;

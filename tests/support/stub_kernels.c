@@ -467,7 +467,7 @@ int dsa_cp_candidates_launch(const dsa_cp_candidates_args *a, cudaStream_t strea
 
 int dsa_topk_merge_launch(const dsa_topk_merge_args *a, int kernel, cudaStream_t stream) {
   (void)stream;
-  REQUIRE(kernel == DSA_MERGE_SELECT ||
+  REQUIRE(kernel == DSA_MERGE_SELECT || kernel == DSA_MERGE_TREE ||
               (kernel == DSA_MERGE_RUNS && a->num_lists <= DSA_MERGE_RUNS_MAX_LISTS &&
                (int64_t)a->num_rows * ((a->num_lists * a->k_in + DSA_MERGE_RUNS_SLICE - 1) / DSA_MERGE_RUNS_SLICE) <=
                    0x7fffffff),

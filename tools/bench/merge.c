@@ -3,11 +3,11 @@
  * simulated ranks: per token W lists of k_in = 2048 (score, global position) candidates, as W ranks
  * of a round-robin shard hand them over (rank r's positions g = local * W + r, ascending, as
  * dsa_cp_candidates keeps a rank's top-k; scores uniform in [0, 1)), merged to the exact top 2048.
- * Each kernel of the merge (DSA_KERNEL's merge: select, runs) at each (W, tokens): CUDA-graph
+ * Each kernel of the merge (DSA_KERNEL's merge: select, runs, tree) at each (W, tokens): CUDA-graph
  * replays, medians, hot L2 (timing.c); --check compares every row's output with the CPU reference
  * (dsa_ref_topk_merge) before it is timed.
  *
- *   dsa-bench merge [--lists 2,4,8] [--tokens 1,64,4096] [--kernels select,runs] [--iters N]
+ *   dsa-bench merge [--lists 2,4,8] [--tokens 1,64,4096] [--kernels select,runs,tree] [--iters N]
  *                   [--check] [--json FILE]
  */
 #include <stdio.h>
@@ -39,7 +39,7 @@ static void make_lists(int W, int T, uint64_t seed, float *sc, int32_t *id) {
 
 int merge_main(int argc, char **argv) {
   int lists[MERGE_MAX] = {2, 4, 8}, tokens[MERGE_MAX] = {1, 64, 4096}, nl = 3, nt = 3, iters = 100, check = 0;
-  const char *kernels = "select,runs", *json = NULL;
+  const char *kernels = "select,runs,tree", *json = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--lists") && v) nl = parse_int_list(argv[++i], a, lists, MERGE_MAX, 1, DSA_MAX_MERGE_CANDIDATES / MERGE_K);
@@ -49,7 +49,7 @@ int merge_main(int argc, char **argv) {
     else if (!strcmp(a, "--check")) check = 1;
     else if (!strcmp(a, "--json") && v) json = argv[++i];
     else {
-      fprintf(stderr, "usage: dsa-bench merge [--lists 2,4,8] [--tokens 1,64,4096] [--kernels select,runs] "
+      fprintf(stderr, "usage: dsa-bench merge [--lists 2,4,8] [--tokens 1,64,4096] [--kernels select,runs,tree] "
                       "[--iters N] [--check] [--json FILE]\n");
       return 2;
     }
