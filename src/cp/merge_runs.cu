@@ -41,6 +41,7 @@
 #include "common/ptx/copy.cuh"
 #include "common/ptx/sync.cuh"
 #include "common/score_key.cuh"
+#include "cp/merge_load.cuh"
 #include "kernels.h"
 #include "topk/radix.cuh" /* block_exclusive_sum, warp_inclusive_sum */
 
@@ -94,48 +95,12 @@ static __device__ __forceinline__ uint32_t mr_peer(const void *p, int r, int C) 
   return C == 1 ? *(const volatile uint32_t *)p : ptx_ld_cluster_u32(ptx_mapa(ptx_smem_u32(p), (uint32_t)r));
 }
 
-/* Candidates [f0, f0 + MR_ITEMS) of the row's flat order (list w = f / k_in, entry f % k_in) as
- * composites, 0 past n or where the id is negative. Every load is issued before any is used. */
+/* The thread's candidates (cp/merge_load.cuh) as composites, 0 past n or where the id is negative. */
 static __device__ __forceinline__ void mr_load(const dsa_topk_merge_args &a, int row, int f0, int n,
                                                uint64_t c[MR_ITEMS]) {
   float s[MR_ITEMS];
   int id[MR_ITEMS];
-  const bool vec = a.k_in % MR_ITEMS == 0 && (((uintptr_t)a.cand_scores | (uintptr_t)a.cand_ids) & 15) == 0;
-  if (vec) { /* a thread's candidates lie in one list, 16-byte aligned */
-    if (f0 < n) {
-      const int w = f0 / a.k_in, j = f0 - w * a.k_in;
-      const int64_t at = ((int64_t)w * a.num_rows + row) * a.k_in + j;
-      float4 sv[MR_ITEMS / 4];
-      int4 iv[MR_ITEMS / 4];
-#pragma unroll
-      for (int h = 0; h < MR_ITEMS / 4; ++h) {
-        sv[h] = ((const float4 *)(a.cand_scores + at))[h];
-        iv[h] = ((const int4 *)(a.cand_ids + at))[h];
-      }
-#pragma unroll
-      for (int h = 0; h < MR_ITEMS / 4; ++h) {
-        s[4 * h] = sv[h].x, s[4 * h + 1] = sv[h].y, s[4 * h + 2] = sv[h].z, s[4 * h + 3] = sv[h].w;
-        id[4 * h] = iv[h].x, id[4 * h + 1] = iv[h].y, id[4 * h + 2] = iv[h].z, id[4 * h + 3] = iv[h].w;
-      }
-    } else {
-#pragma unroll
-      for (int u = 0; u < MR_ITEMS; ++u) s[u] = 0.f, id[u] = -1;
-    }
-  } else {
-    int w = f0 / a.k_in, j = f0 - w * a.k_in;
-#pragma unroll
-    for (int u = 0; u < MR_ITEMS; ++u) {
-      if (f0 + u < n) {
-        const int64_t at = ((int64_t)w * a.num_rows + row) * a.k_in + j;
-        s[u] = a.cand_scores[at];
-        id[u] = a.cand_ids[at];
-      } else {
-        s[u] = 0.f;
-        id[u] = -1;
-      }
-      if (++j == a.k_in) j = 0, ++w;
-    }
-  }
+  merge_load<MR_ITEMS>(a, row, f0, n, s, id);
 #pragma unroll
   for (int u = 0; u < MR_ITEMS; ++u) c[u] = id[u] >= 0 ? make_comp(score_key(s[u]), id[u]) : 0ull;
 }

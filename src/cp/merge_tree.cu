@@ -34,6 +34,7 @@
 #include "common/launch.cuh"
 #include "common/score_key.cuh"
 #include "cp/bitonic.cuh"
+#include "cp/merge_load.cuh"
 #include "kernels.h"
 #include "topk/radix.cuh" /* block_exclusive_sum, find_bin */
 
@@ -43,7 +44,6 @@
 #define TREE_MAX_LISTS 64                                     /* runs merged; more lists: the sort */
 #define TREE_OUT_PER_THREAD (DSA_MAX_TOPK / TREE_THREADS)     /* merge outputs a thread a round: 2 */
 static_assert(TREE_THREADS * TREE_ITEMS == DSA_MAX_MERGE_CANDIDATES, "a row's candidates fit the CTA's registers");
-static_assert(TREE_ITEMS % 4 == 0, "a thread's candidates are 16-byte loads");
 static_assert(TREE_OUT_PER_THREAD * TREE_THREADS == DSA_MAX_TOPK, "a merge round covers every output");
 static_assert(2 * TREE_THREADS >= DSA_MAX_TOPK, "bitonic_sort: two elements a thread");
 
@@ -55,47 +55,6 @@ typedef struct {
   uint32_t kmin[TREE_THREADS / 32], kmax[TREE_THREADS / 32];
   int32_t nvalid[TREE_THREADS / 32];
 } tree_smem;
-
-/* Candidates [f0, f0 + TREE_ITEMS) of the row's flat order (list w = f / k_in, entry f % k_in): their
- * score keys and ids, id -1 past n or where it is negative (no candidate). Every load is issued before
- * any is used; the keys replace the scores in place (no 64-bit composite is held: it is made from the
- * two where a pass needs it). */
-static __device__ __forceinline__ void tree_load(const dsa_topk_merge_args &a, int row, int f0, int n,
-                                                 uint32_t key[TREE_ITEMS], int id[TREE_ITEMS]) {
-  float s[TREE_ITEMS];
-  const bool vec = a.k_in % TREE_ITEMS == 0 && (((uintptr_t)a.cand_scores | (uintptr_t)a.cand_ids) & 15) == 0;
-  if (vec) { /* the thread's candidates lie in one list, 16-byte aligned */
-    if (f0 < n) {
-      const int w = f0 / a.k_in, j = f0 - w * a.k_in;
-      const int64_t at = ((int64_t)w * a.num_rows + row) * a.k_in + j;
-#pragma unroll
-      for (int h = 0; h < TREE_ITEMS / 4; ++h) {
-        const float4 sv = ((const float4 *)(a.cand_scores + at))[h];
-        const int4 iv = ((const int4 *)(a.cand_ids + at))[h];
-        s[4 * h] = sv.x, s[4 * h + 1] = sv.y, s[4 * h + 2] = sv.z, s[4 * h + 3] = sv.w;
-        id[4 * h] = iv.x, id[4 * h + 1] = iv.y, id[4 * h + 2] = iv.z, id[4 * h + 3] = iv.w;
-      }
-    } else {
-#pragma unroll
-      for (int u = 0; u < TREE_ITEMS; ++u) s[u] = 0.f, id[u] = -1;
-    }
-  } else {
-    int w = f0 / a.k_in, j = f0 - w * a.k_in;
-#pragma unroll
-    for (int u = 0; u < TREE_ITEMS; ++u) {
-      s[u] = 0.f;
-      id[u] = -1;
-      if (f0 + u < n) {
-        const int64_t at = ((int64_t)w * a.num_rows + row) * a.k_in + j;
-        s[u] = a.cand_scores[at];
-        id[u] = a.cand_ids[at];
-      }
-      if (++j == a.k_in) j = 0, ++w;
-    }
-  }
-#pragma unroll
-  for (int u = 0; u < TREE_ITEMS; ++u) key[u] = score_key(s[u]);
-}
 
 /* A candidate's composite offset from the row's smallest key: (key - kmin) << 32 | ~id. */
 static __device__ __forceinline__ uint64_t tree_offset(uint32_t key, int id, uint32_t kmin) {
@@ -125,7 +84,12 @@ __global__ void __launch_bounds__(TREE_THREADS, 1) topk_merge_tree_kernel(const 
   /* 1. range: the candidates, the row's valid count and key range */
   uint32_t key[TREE_ITEMS];
   int id[TREE_ITEMS];
-  tree_load(a, row, tid * TREE_ITEMS, n, key, id);
+  {
+    float s[TREE_ITEMS];
+    merge_load<TREE_ITEMS>(a, row, tid * TREE_ITEMS, n, s, id);
+#pragma unroll
+    for (int u = 0; u < TREE_ITEMS; ++u) key[u] = score_key(s[u]); /* no 64-bit composite held: a pass makes it */
+  }
   uint32_t mn = 0xffffffffu, mx = 0u, nv = 0u;
 #pragma unroll
   for (int u = 0; u < TREE_ITEMS; ++u)
