@@ -48,7 +48,7 @@ typedef enum {
 typedef enum {
   DSA_MERGE_SELECT = 1,     /* cp/pieces.cu: one 1,024-thread CTA a row, radix select, the ids sorted */
   DSA_MERGE_RUNS = 2,       /* cp/merge_runs.cu: a cluster a row, the lists' ascending runs merged */
-  DSA_MERGE_TREE = 3        /* cp/merge_tree.cu: one CTA a row, the runs merged pairwise (not yet chosen) */
+  DSA_MERGE_TREE = 3        /* cp/merge_tree.cu: one CTA a row, the runs merged pairwise */
 } dsa_merge_kernel;
 
 /* ---- shared by indexer/ and topk/: which positions a score row covers ---- */

@@ -596,10 +596,10 @@ static void test_indexer_kernel_choice(void) {
   dsa_choose_override(NULL);
 }
 
-/* Context parallelism's merge: runs where a row's cluster is at most two CTAs or all rows' clusters
- * fit 132 SMs, select elsewhere and past DSA_MERGE_RUNS_MAX_LISTS lists; DSA_KERNEL=merge:runs forces
- * runs where it can take the lists, merge:select select, merge:tree tree (any lists; only where forced
- * until measured); a malformed merge value fails the call with nothing launched. */
+/* Context parallelism's merge: runs where a row holds seven slices of 2048 candidates or more and all
+ * rows' clusters fit 132 SMs, tree elsewhere (and past DSA_MERGE_RUNS_MAX_LISTS lists); DSA_KERNEL=
+ * merge:runs forces runs where it can take the lists (tree past them), merge:select select, merge:tree
+ * tree; a malformed merge value fails the call with nothing launched. */
 static dsa_status merge_call(int lists, int rows, int k_in) {
   dsa_topk_merge_args m;
   memset(&m, 0, sizeof m);
@@ -621,14 +621,15 @@ static void test_merge_kernel_choice(void) {
     const char *spec;
     int lists, rows, k_in, want;
   } cases[] = {
-      {NULL, 2, 1, 2048, DSA_MERGE_RUNS},          {NULL, 8, 1, 2048, DSA_MERGE_RUNS},
-      {NULL, 8, 16, 2048, DSA_MERGE_RUNS},         {NULL, 8, 17, 2048, DSA_MERGE_SELECT},
-      {NULL, 8, 64, 2048, DSA_MERGE_SELECT},       {NULL, 4, 64, 2048, DSA_MERGE_SELECT},
-      {NULL, 2, 4096, 2048, DSA_MERGE_RUNS},       {NULL, 3, 4096, 1365, DSA_MERGE_RUNS},
-      {NULL, 9, 1, 1000, DSA_MERGE_SELECT},        {"merge:select", 2, 1, 2048, DSA_MERGE_SELECT},
+      {NULL, 2, 1, 2048, DSA_MERGE_TREE},          {NULL, 8, 1, 2048, DSA_MERGE_RUNS},
+      {NULL, 7, 1, 2048, DSA_MERGE_RUNS},          {NULL, 6, 1, 2048, DSA_MERGE_TREE},
+      {NULL, 8, 16, 2048, DSA_MERGE_RUNS},         {NULL, 8, 17, 2048, DSA_MERGE_TREE},
+      {NULL, 8, 64, 2048, DSA_MERGE_TREE},         {NULL, 4, 64, 2048, DSA_MERGE_TREE},
+      {NULL, 2, 4096, 2048, DSA_MERGE_TREE},       {NULL, 3, 4096, 1365, DSA_MERGE_TREE},
+      {NULL, 9, 1, 1000, DSA_MERGE_TREE},          {"merge:select", 2, 1, 2048, DSA_MERGE_SELECT},
       {"merge:runs", 8, 1, 2048, DSA_MERGE_RUNS},  {"merge:runs", 2, 4096, 2048, DSA_MERGE_RUNS},
-      {"merge:runs", 3, 5, 700, DSA_MERGE_RUNS},   {"merge:runs", 9, 1, 1000, DSA_MERGE_SELECT},
-      {"merge:runs", 16, 1, 1024, DSA_MERGE_SELECT}, {"merge:select", 8, 1, 2048, DSA_MERGE_SELECT},
+      {"merge:runs", 3, 5, 700, DSA_MERGE_RUNS},   {"merge:runs", 9, 1, 1000, DSA_MERGE_TREE},
+      {"merge:runs", 16, 1, 1024, DSA_MERGE_TREE}, {"merge:select", 8, 1, 2048, DSA_MERGE_SELECT},
       {"merge:tree", 8, 1, 2048, DSA_MERGE_TREE},  {"merge:tree", 100, 3, 3, DSA_MERGE_TREE},
       {"merge:tree", 2, 4096, 2048, DSA_MERGE_TREE},
   };

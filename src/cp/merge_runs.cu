@@ -31,7 +31,8 @@
  * No workspace; a row costs at least four cluster barriers (range, a pass, counts, ids).
  * Measured (H200, 2026-12-05; docs/PERF.md): one token of 8 x 2048 candidates 15.2 us, a warp's path
  * about 1,900 instructions at 13-14 cycles each (latency-bound: fixed-latency waits, instruction
- * fetch, the barriers); host/choose.c picks it where its clusters fit one wave.
+ * fetch, the barriers); host/choose.c picks it where a row holds 7 slices or more and the clusters fit one
+ * wave (elsewhere merge_tree.cu's one CTA a row is faster).
  */
 #include <cub/block/block_radix_sort.cuh>
 #include <stddef.h>

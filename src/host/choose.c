@@ -279,23 +279,26 @@ int dsa_choose_attention(const dsa_sparse_mla_args *a, int num_sms) {
 
 /* ---- context parallelism: the merge of the ranks' candidate lists (dsa_topk_merge) ------------ */
 
-/* runs (a cluster of C = ceil(n / 2048) CTAs a row; no sort where each list's ids ascend, as dsa_cp's
- * do) takes up to DSA_MERGE_RUNS_MAX_LISTS lists; select (one 1,024-thread CTA a row, the selected
- * ids sorted) takes any. Both are latency-bound: a CTA's path is about 2,000-3,600 instructions a
- * warp at 13-14 cycles an instruction (ncu). runs wins where its rows' clusters fit one wave of the
- * chip (one CTA a SM) and, at two lists, everywhere; with more CTAs than SMs a row's C CTAs cost more
- * than select's one. Measured (dsa-bench merge, H200, 2026-12-05, us; runs / select):
- *   1 token       W = 2 / 4 / 8:  14.4 / 20.1   15.0 / 24.9   15.2 / 31.7
- *   64 tokens     W = 2 / 4 / 8:  14.9 / 21.5   28.1 / 25.2   44.6 / 32.0
- *   4096 tokens   W = 2 / 4 / 8:  464 / 606     1025 / 752    2068 / 1025 */
+/* tree (one 1,024-thread CTA a row, the candidates in registers, the runs merged pairwise) takes any
+ * lists and wins nearly everywhere; runs (a cluster of C = ceil(n / 2048) CTAs a row, at most
+ * DSA_MERGE_RUNS_MAX_LISTS lists) only where a row holds seven slices or more (tree's one SM then runs
+ * the longer path) and all the rows' clusters fit one wave; select (one CTA a row, 8-bit passes over
+ * composites, the ids bitonic-sorted) only where forced. Measured (dsa-bench merge --check, H100,
+ * 2026-12-05, us, graph replays; tree / runs / select; docs/bench/merge-tree-h100-2026-12-05.json):
+ *   1 token       W = 2 / 4 / 8:  13.8 / 16.6 / 20.4   15.5 / 17.2 / 25.3   18.8 / 17.3 / 32.1
+ *   64 tokens     W = 2 / 4 / 8:  14.1 / 17.2 / 21.7   15.7 / 31.1 / 25.4   21.1 / 48.8 / 32.3
+ *   4096 tokens   W = 2 / 4 / 8:  348 / 501 / 607      408 / 1102 / 755     530 / 2244 / 1029
+ * ncu, one token x 8 lists (H100): tree 2,470 instructions a warp at 0.6 issued a scheduler-cycle
+ * (issue-bound on its one SM), runs 7,700 a CTA-warp over 8 SMs at 0.3 (latency-bound). */
 #define MERGE_RUNS_WAVE 132 /* the H100's and H200's SMs */
+#define MERGE_RUNS_MIN_SLICES 7 /* W = 8 at one token: runs 17.3 us, tree 18.8; W = 4: tree ahead */
 int dsa_choose_merge(const dsa_topk_merge_args *a) {
   const int forced = override_get()->merge;
   const int64_t c = ((int64_t)a->num_lists * a->k_in + DSA_MERGE_RUNS_SLICE - 1) / DSA_MERGE_RUNS_SLICE;
   const int64_t ctas = (int64_t)a->num_rows * c;
   const int runs_can = a->num_lists <= DSA_MERGE_RUNS_MAX_LISTS && ctas <= 0x7fffffff;
-  if (forced == DSA_MERGE_TREE) return DSA_MERGE_TREE; /* not yet measured: only where forced */
-  if (!runs_can || forced == DSA_MERGE_SELECT) return DSA_MERGE_SELECT;
-  if (forced == DSA_MERGE_RUNS || c <= 2 || ctas <= MERGE_RUNS_WAVE) return DSA_MERGE_RUNS;
-  return DSA_MERGE_SELECT;
+  if (forced == DSA_MERGE_SELECT) return DSA_MERGE_SELECT;
+  if (forced == DSA_MERGE_TREE || !runs_can) return DSA_MERGE_TREE;
+  if (forced == DSA_MERGE_RUNS || (c >= MERGE_RUNS_MIN_SLICES && ctas <= MERGE_RUNS_WAVE)) return DSA_MERGE_RUNS;
+  return DSA_MERGE_TREE;
 }
