@@ -375,7 +375,8 @@ static PyObject *run(const fc_plan *p, PyObject *tensors, PyObject *stream, cons
   void *made_ptr[FC_MAX_ARGS];
   for (int i = 0; in_cxx && i < p->n; i++)
     if (PyTuple_GetItem(tensors, i) == Py_None && p->alloc_args[i]) which[k++] = i;
-  if (k && fc_torch_new_tensors(p, which, k, g_steal, made_cxx, made_ptr)) return NULL;
+  int ws_in = -1; /* the made output whose storage holds the made workspace */
+  if (k && fc_torch_new_tensors(p, which, k, g_steal, made_cxx, made_ptr, &ws_in)) return NULL;
   for (int i = 0, j = 0; i < p->n; i++) {
     PyObject *x = PyTuple_GetItem(tensors, i);
     void *ptr = NULL;
@@ -399,7 +400,7 @@ static PyObject *run(const fc_plan *p, PyObject *tensors, PyObject *stream, cons
     if (p->offset[i] == FC_SKIP) continue;
     if (x != Py_None && !have_ptr && !(ptr = data_ptr(x)) && PyErr_Occurred()) goto done;
     fc_plan_put(p, i, ptr, made, args, &ws, &ws_bytes);
-    if (made && p->offset[i] == FC_WORKSPACE) workspace_made = x;
+    if (made && p->offset[i] == FC_WORKSPACE) workspace_made = x == Py_None && ws_in >= 0 ? made_cxx[ws_in] : x;
   }
   if (PyLong_CheckExact(stream)) { /* a handle */
     handle = stream;

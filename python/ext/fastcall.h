@@ -122,8 +122,11 @@ static inline int fc_same_sig(const fc_csig *a, const fc_csig *b) {
 
 /* torch_op.c: plan p's allocations which[0 .. k) (calloc[i], on the plan's device) made by PyTorch's
  * C++ allocator and handed to Python by one steal([handles]) call (fastcall.c: the fast path's
- * outputs): out[j] a new reference, ptr[j] its data; 0, or -1 with an exception set and nothing made. */
-int fc_torch_new_tensors(const fc_plan *p, const int *which, int k, PyObject *steal, PyObject **out, void **ptr);
+ * outputs): out[j] a new reference, ptr[j] its data; 0, or -1 with an exception set and nothing made.
+ * A workspace made beside an output lies in that output's storage: its out[j] is None, and *ws_in is
+ * the j of the output holding it (else -1). */
+int fc_torch_new_tensors(const fc_plan *p, const int *which, int k, PyObject *steal, PyObject **out, void **ptr,
+                         int *ws_in);
 int fc_torch_ready(void);
 /* torch_op.c: a torch.Tensor's C signature and data pointer read in C through the at::Tensor the
  * object holds (torch_borrow_setup proved where); 0 where that is not possible (the object is not a

@@ -7,9 +7,10 @@
  * owned box holding the value, an int or float its bits. The kernel lays the arguments out as the
  * operator's public call does (a site of fastcall.c: its tensors and scalars) and compares them
  * with the site's plans in C:
- *   - a plan with their signature: its struct with each tensor's pointer written, the outputs and
- *     the workspace allocated by PyTorch's caching allocator (aoti_torch_empty_strided), the library
- *     called on PyTorch's current stream. No Python runs.
+ *   - a plan with their signature: its struct with each tensor's pointer written, the outputs
+ *     allocated by PyTorch's caching allocator (aoti_torch_empty_strided; the workspace in the first
+ *     output's storage, after it: one block for both), the library called on PyTorch's current
+ *     stream. No Python runs.
  *   - none: the operator's checked twin (dsa::_checked_NAME, dsa/ops.py: a Python kernel running
  *     dsa's checked path, which remembers the plan) through the dispatcher, on the same stack.
  * A torch.ops call then costs about what a C++ operator costs, not a round trip into Python.
@@ -60,6 +61,8 @@ static struct {
   aoti_error (*empty_strided)(int64_t ndim, const int64_t *sizes, const int64_t *strides, int32_t dtype,
                               int32_t device_type, int32_t device_index, aten_tensor *out);
   aoti_error (*delete_tensor)(aten_tensor);
+  aoti_error (*reinterpret)(aten_tensor self, int64_t ndim, const int64_t *sizes, const int64_t *strides,
+                            int64_t storage_offset, aten_tensor *out); /* NULL: each workspace its own block */
   aoti_error (*current_cuda_stream)(int32_t device_index, void **stream); /* NULL: a CPU-only PyTorch */
   void (*operator_delete)(void *);                                         /* ::operator delete(void *) */
   void (*throw_runtime_error)(const char *);                               /* std::__throw_runtime_error */
@@ -97,6 +100,8 @@ PyObject *fc_torch_setup(PyObject *self, PyObject *args) {
   *(void **)&T.get_data_ptr = lookup(cpu, "aoti_torch_get_data_ptr", &missing);
   *(void **)&T.empty_strided = lookup(cpu, "aoti_torch_empty_strided", &missing);
   *(void **)&T.delete_tensor = lookup(cpu, "aoti_torch_delete_tensor_object", &missing);
+  int optional = 0; /* without it a workspace takes a block of its own */
+  *(void **)&T.reinterpret = lookup(cpu, "aoti_torch__reinterpret_tensor", &optional);
   *(void **)&T.operator_delete = lookup(cxx, "_ZdlPv", &missing);
   *(void **)&T.throw_runtime_error = lookup(cxx, "_ZSt21__throw_runtime_errorPKc", &missing);
   static const char *const dtype_fn[FC_DT_COUNT] = {
@@ -122,50 +127,103 @@ PyObject *fc_torch_setup(PyObject *self, PyObject *args) {
 
 int fc_torch_ready(void) { return T.ready; }
 
-/* Plan p's allocation i, on the plan's device: 0, or -1 (*h NULL). */
-static int new_handle(const fc_plan *p, int i, aten_tensor *h) {
+/* Plan p's allocation i, on the plan's device, with room for `extra` more bytes in its storage after
+ * its own (its shape, strides and dtype calloc[i]'s): 0 with *data its first byte and *end the first
+ * byte after it, or -1 (*h NULL). */
+static const int64_t dtype_bytes[FC_DT_COUNT] = {2, 2, 4, 4, 8, 1, 1, 1}; /* fastcall.h's FC_DT_* order */
+_Static_assert(FC_DT_COUNT == 8 && FC_DT_F8E4M3 == 7 && FC_DT_I64 == 4, "dtype_bytes follows FC_DT_*");
+static int new_handle(const fc_plan *p, int i, size_t extra, aten_tensor *h, void **data, char **end) {
   const fc_csig *a = &p->calloc[i];
+  const int32_t type = p->c_on_cpu ? T.device_cpu : T.device_cuda, index = p->c_on_cpu ? -1 : (int32_t)p->c_device;
+  const int64_t eb = dtype_bytes[a->dtype];
+  int64_t span = 1; /* the elements it spans (calloc's strides are contiguous ones, never negative) */
+  for (int d = 0; d < a->ndim; d++) span = a->size[d] == 0 || span == 0 ? 0 : span + (a->size[d] - 1) * a->stride[d];
+  aten_tensor base = NULL;
   *h = NULL;
-  if (T.empty_strided(a->ndim, a->size, a->stride, T.dtype[a->dtype], p->c_on_cpu ? T.device_cpu : T.device_cuda,
-                      p->c_on_cpu ? -1 : (int32_t)p->c_device, h) || !*h) {
-    *h = NULL;
-    return -1;
+  if (!extra) {
+    if (T.empty_strided(a->ndim, a->size, a->stride, T.dtype[a->dtype], type, index, h) || !*h ||
+        T.get_data_ptr(*h, data))
+      goto fail;
+  } else { /* one block: a flat tensor of span + the extra bytes' elements, viewed as the output */
+    const int64_t n = span + (int64_t)((extra + (size_t)eb - 1) / (size_t)eb), one = 1;
+    if (T.empty_strided(1, &n, &one, T.dtype[a->dtype], type, index, &base) || !base || T.get_data_ptr(base, data) ||
+        T.reinterpret(base, a->ndim, a->size, a->stride, 0, h) || !*h)
+      goto fail;
+    T.delete_tensor(base); /* the view keeps the storage */
+  }
+  *end = (char *)*data + span * eb;
+  return 0;
+fail:
+  if (*h) T.delete_tensor(*h);
+  if (base) T.delete_tensor(base);
+  *h = NULL;
+  return -1;
+}
+
+/* Plan p's allocations which[0 .. k): h[j] each one's handle, ptr[j] its data. Where the plan
+ * allocates a workspace of at most WS_SHARED_MAX bytes beside an output, the workspace has no handle
+ * (h[j] NULL): it lies in the first such output's storage after the output (256-byte aligned, as
+ * dsa.h asks), so the caching allocator is asked once for both, where calls are short (hence their
+ * workspaces small) and host time counts. The output then keeps those bytes while it lives, so a
+ * larger workspace (a long call, whose host time is noise) takes a block of its own, freed after the
+ * call. *ws_in is the holding output's j, else -1. 0, or -1 with nothing made. */
+#define WS_ALIGN 256
+#define WS_SHARED_MAX (2u << 20) /* sparse_mla at 1 token x 16 heads: 1 MiB; topk of one 8k row: 144 KiB */
+static int new_handles(const fc_plan *p, const int *which, int k, aten_tensor *h, void **ptr, int *ws_in) {
+  int ws = -1, host = -1;
+  for (int j = 0; j < k; j++) {
+    h[j] = NULL;
+    if (p->offset[which[j]] == FC_WORKSPACE)
+      ws = j;
+    else if (host < 0)
+      host = j;
+  }
+  if (ws < 0 || !T.reinterpret || p->ws_need > WS_SHARED_MAX) host = -1;
+  *ws_in = host;
+  for (int j = 0; j < k; j++) {
+    if (j == ws && host >= 0) continue;
+    char *end;
+    if (new_handle(p, which[j], j == host ? WS_ALIGN + p->ws_need : 0, &h[j], &ptr[j], &end)) {
+      for (int m = 0; m < j; m++)
+        if (h[m]) T.delete_tensor(h[m]);
+      return -1;
+    }
+    if (j == host) ptr[ws] = (void *)(((uintptr_t)end + WS_ALIGN - 1) & ~(uintptr_t)(WS_ALIGN - 1));
   }
   return 0;
 }
 
-int fc_torch_new_tensors(const fc_plan *p, const int *which, int k, PyObject *steal, PyObject **out, void **ptr) {
-  aten_tensor h[FC_MAX_ARGS] = {0};
-  PyObject *list = PyList_New(k), *got = NULL;
-  int made = 0, status = -1;
+int fc_torch_new_tensors(const fc_plan *p, const int *which, int k, PyObject *steal, PyObject **out, void **ptr,
+                         int *ws_in) {
+  aten_tensor h[FC_MAX_ARGS];
+  int pos[FC_MAX_ARGS], n = 0, taken = 0, status = -1; /* pos: the j of each handle handed over */
+  if (new_handles(p, which, k, h, ptr, ws_in)) {
+    PyErr_Format(PyExc_RuntimeError, "dsa: an output could not be allocated");
+    return -1;
+  }
+  for (int j = 0; j < k; j++)
+    if (h[j]) pos[n++] = j;
+  PyObject *list = PyList_New(n), *got = NULL;
   if (!list) goto done;
-  for (int j = 0; j < k; j++) {
-    if (new_handle(p, which[j], &h[j])) {
-      PyErr_Format(PyExc_RuntimeError, "dsa: an output could not be allocated");
-      goto done;
-    }
-    made = j + 1; /* h[0 .. made) are ours until PyTorch takes them */
-    PyObject *cap = T.get_data_ptr(h[j], &ptr[j]) ? NULL : PyCapsule_New(h[j], NULL, NULL);
-    if (!cap) {
-      if (!PyErr_Occurred()) PyErr_Format(PyExc_RuntimeError, "dsa: an output's data pointer could not be read");
-      goto done;
-    }
-    PyList_SetItem(list, j, cap); /* steals the new reference */
+  for (int m = 0; m < n; m++) {
+    PyObject *cap = PyCapsule_New(h[pos[m]], NULL, NULL); /* owns nothing: the handles are ours till taken */
+    if (!cap) goto done;
+    PyList_SetItem(list, m, cap); /* steals the new reference */
   }
   /* steal([handles]) -> [tensors]: takes the handles (and deletes them) */
   if (!(got = PyObject_CallFunctionObjArgs(steal, list, NULL))) goto done;
-  made = 0; /* taken */
-  if (!PyList_Check(got) || PyList_Size(got) != k) {
+  taken = 1;
+  if (!PyList_Check(got) || PyList_Size(got) != n) {
     PyErr_SetString(PyExc_RuntimeError, "dsa: PyTorch's handle-to-tensor call answered unexpectedly");
     goto done;
   }
-  for (int j = 0; j < k; j++) {
-    out[j] = PyList_GetItem(got, j);
-    Py_INCREF(out[j]);
-  }
+  for (int j = 0; j < k; j++) out[j] = Py_None; /* a workspace in another's storage */
+  for (int m = 0; m < n; m++) out[pos[m]] = PyList_GetItem(got, m);
+  for (int j = 0; j < k; j++) Py_INCREF(out[j]);
   status = 0;
 done:
-  for (int j = 0; j < made; j++) T.delete_tensor(h[j]); /* not taken */
+  for (int j = 0; !taken && j < k; j++)
+    if (h[j]) T.delete_tensor(h[j]);
   Py_XDECREF(got);
   Py_XDECREF(list);
   return status;
@@ -509,16 +567,19 @@ static int run(const fc_op *op, const fc_plan *p, op_call *c, stable_ivalue *sta
   size_t ws_bytes = 0;
   int status = 0;
   /* the tensors match the plan's signature, so the plan's device is theirs */
-  for (int i = 0; i < p->n; i++) {
-    void *ptr = c->ptr[i];
-    if (c->sig[i].ndim < 0 && p->calloc[i].ndim >= 0) {
-      if (new_handle(p, i, &made[i]) || T.get_data_ptr(made[i], &ptr)) {
-        snprintf(t_message, sizeof t_message, "%s: an output could not be allocated", op->name);
-        status = -1;
-        goto done;
-      }
-    }
-    fc_plan_put(p, i, ptr, made[i] != NULL, args, &ws, &ws_bytes);
+  int which[FC_MAX_ARGS], k = 0, ws_in;
+  aten_tensor h[FC_MAX_ARGS];
+  void *ptr[FC_MAX_ARGS];
+  for (int i = 0; i < p->n; i++)
+    if (c->sig[i].ndim < 0 && p->calloc[i].ndim >= 0) which[k++] = i;
+  if (k && new_handles(p, which, k, h, ptr, &ws_in)) {
+    snprintf(t_message, sizeof t_message, "%s: an output could not be allocated", op->name);
+    return -1;
+  }
+  for (int i = 0, j = 0; i < p->n; i++) {
+    const int is_made = j < k && which[j] == i;
+    if (is_made) made[i] = h[j]; /* NULL: the workspace, in another output's storage */
+    fc_plan_put(p, i, is_made ? ptr[j++] : c->ptr[i], is_made, args, &ws, &ws_bytes);
   }
   void *stream = NULL;
   if (!p->c_on_cpu && (!T.current_cuda_stream || T.current_cuda_stream((int32_t)p->c_device, &stream))) {

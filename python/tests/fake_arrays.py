@@ -82,17 +82,18 @@ FakeTorch.__module__ = "torch"
 class CRecorder:
     """libdsa's calls replaced by C-callable functions made with ctypes (CFUNCTYPE thunks, which
     dsa._fastcall calls as it calls the library's), with the library's argument types: each keeps the
-    last call's struct bytes, workspace and stream; the workspace queries answer 4096; a call fails
-    with `status` when it is set."""
+    last call's struct bytes, workspace and stream; the workspace queries answer `ws_bytes` (4096); a
+    call fails with `status` when it is set."""
 
     def __init__(self):
         self.fns = {}
         self.calls = 0
         self.last_call = None
         self.status = 0
+        self.ws_bytes = 4096
 
     def __getattr__(self, name):
-        if name.startswith("__") or name in ("fns", "calls", "last_call", "status"):
+        if name.startswith("__") or name in ("fns", "calls", "last_call", "status", "ws_bytes"):
             raise AttributeError(name)
         if name not in self.fns:
             if name in _lib._CALLS:
@@ -112,7 +113,7 @@ class CRecorder:
                                          ctypes.POINTER(ctypes.c_size_t))
 
                 def query(args, out):
-                    out[0] = 4096
+                    out[0] = self.ws_bytes
                     return 0
 
                 f = proto(query)

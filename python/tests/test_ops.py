@@ -291,6 +291,7 @@ def test_c_kernels_call_c_as_the_checked_path_does(c_kernels_on_cpu, monkeypatch
         outs0 = got0 if isinstance(got0, tuple) else () if got0 is None else (got0,)
         assert [(o.shape, o.dtype, o.stride(), o.device) for o in outs] == \
             [(o.shape, o.dtype, o.stride(), o.device) for o in outs0], case
+        _workspace_beside_an_output(case, rec.last_call, outs)
     assert not empties, f"torch.empty called {len(empties)} times"
     # no reference to an output kept in C++ (PyTorch would then keep its Python object alive too)
     import gc
@@ -300,6 +301,48 @@ def test_c_kernels_call_c_as_the_checked_path_does(c_kernels_on_cpu, monkeypatch
     refs = [weakref.ref(o) for o in call(name, args)]
     gc.collect()
     assert all(r() is None for r in refs), "an output outlives its last reference"
+
+
+def _workspace_beside_an_output(case, record, outs):
+    """A workspace of at most 2 MiB the C kernel allocated with outputs lies in one output's storage,
+    after the output's bytes (one allocation for both), 256-byte aligned, clear of every other output;
+    a larger one (which the output would keep while it lives) in none."""
+    ws, ws_bytes = record[1], record[2]
+    if ws is None or not outs:
+        return
+    end = lambda o: o.data_ptr() + o.numel() * o.element_size()  # noqa: E731
+    def storage(o):  # its storage's first byte and the byte after its last
+        st = o.untyped_storage()
+        return st.data_ptr(), st.data_ptr() + st.nbytes()
+
+    hosts = [o for o in outs if o.storage_offset() == 0 and end(o) <= ws and ws + ws_bytes <= storage(o)[1]]
+    if ws_bytes > 2 << 20:
+        assert not any(storage(o)[0] <= ws < storage(o)[1] for o in outs), f"{case}: a large workspace in an output"
+        return
+    assert ws % 256 == 0, f"{case}: workspace at {ws:#x}"
+    assert len(hosts) == 1, f"{case}: the workspace is not in an output's storage after it"
+    assert all(end(o) <= ws or o.data_ptr() >= ws + ws_bytes for o in outs if o is not hosts[0]), case
+
+
+@pytest.mark.parametrize("via", ["torch.ops", "dsa"])
+def test_c_kernels_give_a_large_workspace_its_own_block(c_kernels_on_cpu, via):
+    """A workspace above 2 MiB is not put in an output's storage (the output would keep it while it
+    lives); one of 2 MiB is."""
+    import dsa.ops as ops
+    from dsa import _fast
+
+    rec = c_kernels_on_cpu
+    for ws_bytes in (2 << 20, (2 << 20) + 256):
+        rec.ws_bytes = ws_bytes
+        _fast.clear()
+        for _ in range(2):  # the checked path, then the C kernel through its plan
+            name, *args = _c_cases()["sparse_mla"]()
+            got = getattr(torch.ops.dsa_cpu_test, name)(*args) if via == "torch.ops" else getattr(ops, name).fn(*args)
+        assert rec.last_call[2] == ws_bytes
+        _workspace_beside_an_output(f"workspace {ws_bytes}", rec.last_call, got)
+        in_out = [o for o in got if o.untyped_storage().data_ptr() <= rec.last_call[1] <
+                  o.untyped_storage().data_ptr() + o.untyped_storage().nbytes()]
+        assert len(in_out) == (ws_bytes <= 2 << 20), ws_bytes
 
 
 def _no_python(*args, **kwargs):
