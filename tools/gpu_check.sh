@@ -8,10 +8,10 @@
 #   tests     every GPU test program (test_gpu_indexer, _topk, _attention, _cache, _api, _garbage,
 #             _cp) with the library's kernel choice, then the indexer, top-k and attention programs
 #             once with each other kernel forced (DSA_KERNEL, README "Choosing kernels")
-#   python    the Python package's tests (pytest) and examples/decode_layer.py
+#   python    the Python package's tests (pytest), examples/decode_layer.py and dev/python_overhead.py
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck and initcheck over the GPU test
 #             programs (slow: tens of minutes; SANITIZE_TOOLS="memcheck racecheck" picks some)
-#   bench     dsa-bench glm, serve and attn (FP8 and bf16 KV) with --check, JSON records in $OUT
+#   bench     dsa-bench glm, serve, attn (FP8 and bf16 KV) and merge with --check, JSON records in $OUT
 #   all       tests, python, bench (the default)
 # Environment: DSA_BUILD_DIR (default ./build; built here with CMake if it has no test programs),
 #   OUT, SANITIZE_TOOLS, SAN_TIMEOUT (seconds a sanitizer run, default 1800).
@@ -54,7 +54,7 @@ FORCED=(
   "test_gpu_api|indexer:separate indexer:fused"
   "test_gpu_topk|topk:registers topk:slices topk:chain"
   "test_gpu_attention|attention:mma_split attention:rows_as_m attention:heads_as_m attention:seesaw"
-  "test_gpu_cp|merge:runs merge:select"
+  "test_gpu_cp|merge:runs merge:select merge:tree"
 )
 
 run_test() { # run_test PROGRAM LABEL [ENV...]
@@ -80,6 +80,7 @@ for step in "${steps[@]}"; do
     ;;
   python)
     export PYTHONPATH="$PWD/python" DSA_LIBRARY="$PWD/$B/libdsa.so" DSA_ABI_DUMP="$PWD/$B/dsa_abi_dump" PYTHONDONTWRITEBYTECODE=1
+    [ -f "$B/_fastcall.abi3.so" ] && export DSA_FASTCALL="$PWD/$B/_fastcall.abi3.so" # the extension, as the wheel has it
     if python3 -m pytest -q -p no:cacheprovider python/tests >"$OUT/pytest.log" 2>&1; then
       note pytest ok "$(tail -n 1 "$OUT/pytest.log")"
     else
@@ -89,6 +90,12 @@ for step in "${steps[@]}"; do
       note decode_layer.py ok "$(grep -i graph "$OUT/decode_layer.log" | tail -n 1)"
     else
       note decode_layer.py FAIL "$OUT/decode_layer.log"
+    fi
+    # the host cost a call against torch.add's (issue 23; README and docs/PERF.md quote this log)
+    if python3 dev/python_overhead.py >"$OUT/python-overhead.log" 2>&1; then
+      note python_overhead.py ok "$OUT/python-overhead.log"
+    else
+      note python_overhead.py FAIL "$OUT/python-overhead.log"
     fi
     ;;
   sanitize)
@@ -109,7 +116,7 @@ for step in "${steps[@]}"; do
     done
     ;;
   bench)
-    for mode in "glm" "serve" "attn --kv fp8" "attn --kv bf16"; do
+    for mode in "glm" "serve" "attn --kv fp8" "attn --kv bf16" "merge"; do
       name=${mode// /}; name=${name//--kv/-}
       "$B/dsa-bench" $mode --check --json "$OUT/bench-$name.json" >"$OUT/bench-$name.log" 2>&1
       r=$?
