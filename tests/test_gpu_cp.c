@@ -172,7 +172,7 @@ static const merge_case k_merge[] = {
     {"merge W7 k_in 3 topk 5 ascending", 7, 64, 3, 5, 1, 27, 1},
     {"merge W1 k_in 100 topk 37 ascending", 1, 40, 100, 37, 1, 28, 1},
     {"merge W8 k_in 2048 topk 1 ascending", 8, 3, 2048, 1, 0, 29, 1},
-    /* more lists than runs takes (it leaves them to select); tree merges up to 64 runs, sorts beyond */
+    /* more lists than runs takes (the choice leaves them to tree); tree merges up to 64 runs, sorts beyond */
     {"merge W16 k_in 1024 topk 2048 ascending, ties/NaN/inf/-1/empty rows", 16, 9, 1024, 2048, 1, 30, 1},
     {"merge W64 k_in 200 topk 2048 ascending", 64, 3, 200, 2048, 0, 31, 1},
     {"merge W65 k_in 100 topk 300 ascending", 65, 3, 100, 300, 0, 32, 1},

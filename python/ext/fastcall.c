@@ -81,6 +81,7 @@ static int as_size(PyObject *tuple, Py_ssize_t i, size_t *out) {
 const char *const fc_dtype_names[FC_DT_COUNT] = {"torch.bfloat16", "torch.float16", "torch.float32",
                                                    "torch.int32",    "torch.int64",   "torch.uint8",
                                                    "torch.int8",     "torch.float8_e4m3fn"};
+const int fc_dtype_bytes[FC_DT_COUNT] = {2, 2, 4, 4, 8, 1, 1, 1};
 
 int fc_scalar_from_python(PyObject *v, fc_scalar *s) {
   if (v == Py_None) {

@@ -33,6 +33,7 @@ typedef int (*fc_fn_plain)(const void *args, void *stream);
 /* The dtypes dsa takes, by PyTorch's name (fc_dtype_names); torch_op.c maps them to PyTorch's codes. */
 enum { FC_DT_BF16, FC_DT_F16, FC_DT_F32, FC_DT_I32, FC_DT_I64, FC_DT_U8, FC_DT_I8, FC_DT_F8E4M3, FC_DT_COUNT };
 extern const char *const fc_dtype_names[FC_DT_COUNT];
+extern const int fc_dtype_bytes[FC_DT_COUNT]; /* an element's bytes */
 
 /* A scalar of a call: None, an int (bools are ints), or a float; compared as Python compares them. */
 enum { FC_NONE, FC_INT, FC_FLOAT };

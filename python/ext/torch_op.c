@@ -128,30 +128,28 @@ PyObject *fc_torch_setup(PyObject *self, PyObject *args) {
 int fc_torch_ready(void) { return T.ready; }
 
 /* Plan p's allocation i, on the plan's device, with room for `extra` more bytes in its storage after
- * its own (its shape, strides and dtype calloc[i]'s): 0 with *data its first byte and *end the first
- * byte after it, or -1 (*h NULL). */
-static const int64_t dtype_bytes[FC_DT_COUNT] = {2, 2, 4, 4, 8, 1, 1, 1}; /* fastcall.h's FC_DT_* order */
-_Static_assert(FC_DT_COUNT == 8 && FC_DT_F8E4M3 == 7 && FC_DT_I64 == 4, "dtype_bytes follows FC_DT_*");
+ * its own (its shape, contiguous strides and dtype calloc[i]'s): 0 with *data its first byte and *end
+ * the first byte after it, or -1 (*h NULL). */
 static int new_handle(const fc_plan *p, int i, size_t extra, aten_tensor *h, void **data, char **end) {
   const fc_csig *a = &p->calloc[i];
   const int32_t type = p->c_on_cpu ? T.device_cpu : T.device_cuda, index = p->c_on_cpu ? -1 : (int32_t)p->c_device;
-  const int64_t eb = dtype_bytes[a->dtype];
-  int64_t span = 1; /* the elements it spans (calloc's strides are contiguous ones, never negative) */
-  for (int d = 0; d < a->ndim; d++) span = a->size[d] == 0 || span == 0 ? 0 : span + (a->size[d] - 1) * a->stride[d];
+  const int64_t eb = fc_dtype_bytes[a->dtype];
+  int64_t numel = 1; /* contiguous: the elements it covers */
+  for (int d = 0; d < a->ndim; d++) numel *= a->size[d];
   aten_tensor base = NULL;
   *h = NULL;
   if (!extra) {
     if (T.empty_strided(a->ndim, a->size, a->stride, T.dtype[a->dtype], type, index, h) || !*h ||
         T.get_data_ptr(*h, data))
       goto fail;
-  } else { /* one block: a flat tensor of span + the extra bytes' elements, viewed as the output */
-    const int64_t n = span + (int64_t)((extra + (size_t)eb - 1) / (size_t)eb), one = 1;
+  } else { /* one block: a flat tensor of numel + the extra bytes' elements, viewed as the output */
+    const int64_t n = numel + (int64_t)((extra + (size_t)eb - 1) / (size_t)eb), one = 1;
     if (T.empty_strided(1, &n, &one, T.dtype[a->dtype], type, index, &base) || !base || T.get_data_ptr(base, data) ||
         T.reinterpret(base, a->ndim, a->size, a->stride, 0, h) || !*h)
       goto fail;
     T.delete_tensor(base); /* the view keeps the storage */
   }
-  *end = (char *)*data + span * eb;
+  *end = (char *)*data + numel * eb;
   return 0;
 fail:
   if (*h) T.delete_tensor(*h);

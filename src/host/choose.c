@@ -299,6 +299,7 @@ int dsa_choose_merge(const dsa_topk_merge_args *a) {
   const int runs_can = a->num_lists <= DSA_MERGE_RUNS_MAX_LISTS && ctas <= 0x7fffffff;
   if (forced == DSA_MERGE_SELECT) return DSA_MERGE_SELECT;
   if (forced == DSA_MERGE_TREE || !runs_can) return DSA_MERGE_TREE;
-  if (forced == DSA_MERGE_RUNS || (c >= MERGE_RUNS_MIN_SLICES && ctas <= MERGE_RUNS_WAVE)) return DSA_MERGE_RUNS;
+  if (forced == DSA_MERGE_RUNS || (c >= MERGE_RUNS_MIN_SLICES && ctas <= MERGE_RUNS_WAVE))
+    return DSA_MERGE_RUNS;
   return DSA_MERGE_TREE;
 }
