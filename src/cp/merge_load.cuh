@@ -1,6 +1,6 @@
 /*
  * cp/merge_load.cuh — a thread's candidates of a merge row, for the merge kernels that hold them in
- * registers (merge_runs.cu, merge_tree.cu).
+ * registers (merge_runs.cu, merge_tree.cu), and the digit schedule of their radix passes.
  */
 #pragma once
 #include <stdint.h>
@@ -44,4 +44,15 @@ static __device__ __forceinline__ void merge_load(const dsa_topk_merge_args &a, 
       if (++j == a.k_in) j = 0, ++w;
     }
   }
+}
+
+/* The radix passes' digits over a row's offset composites ((key - the row's smallest key) << 32 |
+ * the id's bits): the first is the key offset's bits [32 + sh, 32 + sh + 11), sh =
+ * merge_first_shift(span) so that span >> sh < 2048 (the offsets' range in 11 bits); each later one
+ * the next min(11, shift) bits below those found. Given the bits found so far, [shift, 64) (64:
+ * none yet), the next digit's width and lowest bit (*nsh: the new shift once its bin is found). */
+static __device__ __forceinline__ int merge_first_shift(uint32_t span) { return max(0, (32 - __clz((int)span)) - 11); }
+static __device__ __forceinline__ void merge_next_digit(int shift, int sh, int *width, int *nsh) {
+  *width = shift == 64 ? 11 : min(11, shift);
+  *nsh = shift == 64 ? 32 + sh : shift - *width;
 }

@@ -121,11 +121,11 @@ __global__ void __launch_bounds__(TREE_THREADS, 1) topk_merge_tree_kernel(const 
   uint64_t T = 0ull;
   if (k < valid) {
     const uint32_t span = mx - mn;
-    const int sh = max(0, (32 - __clz((int)span)) - 11); /* span >> sh < 2048 */
+    const int sh = merge_first_shift(span);
     int need = k, shift = 64;                            /* offset bits [shift, 64) are T's (64: none yet) */
     for (;;) {
-      const int width = shift == 64 ? 11 : min(11, shift);
-      const int nsh = shift == 64 ? 32 + sh : shift - width;
+      int width, nsh;
+      merge_next_digit(shift, sh, &width, &nsh);
       const uint64_t dmask = (1ull << width) - 1;
       if (shift == 64) { /* the first digit: the key's offset alone */
 #pragma unroll
