@@ -23,6 +23,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/launch.cuh"
+
 template <int BYTES>
 struct params_t {
   unsigned char b[BYTES];
@@ -71,33 +73,13 @@ static double time_calls(cudaStream_t s, F fn) {
   return per[BATCHES / 2];
 }
 
+/* through the library's own launcher (common/launch.cuh), as its calls launch */
 template <int BYTES>
 static cudaError_t launch(cudaStream_t s, int coop, int programmatic, int cluster) {
   params_t<BYTES> p;
   memset(&p, 0, sizeof p);
-  cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[3];
-  unsigned n = 0;
-  if (coop) {
-    attr[n].id = cudaLaunchAttributeCooperative;
-    attr[n++].val.cooperative = 1;
-  }
-  if (programmatic) {
-    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n++].val.programmaticStreamSerializationAllowed = 1;
-  }
-  if (cluster) {
-    attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n].val.clusterDim.x = 2;
-    attr[n].val.clusterDim.y = 1;
-    attr[n++].val.clusterDim.z = 1;
-  }
-  cfg.gridDim = dim3(132);
-  cfg.blockDim = dim3(128);
-  cfg.stream = s;
-  cfg.attrs = n ? attr : nullptr;
-  cfg.numAttrs = n;
-  return cudaLaunchKernelEx(&cfg, k_empty<BYTES>, p);
+  return dsa_launch_attrs(k_empty<BYTES>, dim3(132), dim3(128), 0, s, programmatic != 0, cluster ? 2u : 0u, coop != 0,
+                          p);
 }
 
 /* the first error of a row's two calls (made in either order: that does not change their host time) */
