@@ -3,12 +3,13 @@
  * dev/README.md records what it printed). dev/host_call_cost.py shows libdsa's own host code is
  * well under a microsecond a call, so a call's host cost is its runtime calls: this measures them
  * one kind at a time, on an empty kernel, so that the binding's floor can be split by cause
- * (issue 23: indexer_decode pays one cooperative launch and one memset, ≈ 14 µs on the H100's host
- * against ≈ 3.5 µs a plain launch).
+ * (issue 23: indexer_decode's C call, one cooperative launch and one memset, took 14.2 µs on the
+ * H100 machine's host, where the whole of sparse_mla's Python call, two launches, took 7.5).
  *   launch      cudaLaunchKernelEx of an empty kernel, 132 CTAs x 128 threads, with P bytes of
  *               parameters (16, 1 KiB, 2 KiB)
  *   attrs       the same with programmatic stream serialization, a cluster of 2, cooperative
- *   memset      cudaMemsetAsync of 4 KiB, alone and before a cooperative launch
+ *   memset      cudaMemsetAsync of 4 KiB, alone and before a plain or a cooperative launch
+ *   pairs       two launches; cudaGetDevice (every launch with more than 48 KB asks it)
  *   tensor map  cuTensorMapEncodeTiled of the decode indexer's key map (the driver's encoder)
  * Each row: µs a call, the median of 7 batches of 2,000 calls (the stream synchronized between
  * batches so the launch queue never fills).

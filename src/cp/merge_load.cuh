@@ -47,7 +47,7 @@ static __device__ __forceinline__ void merge_load(const dsa_topk_merge_args &a, 
 }
 
 /* The radix passes' digits over a row's offset composites ((key - the row's smallest key) << 32 |
- * the id's bits): the first is the key offset's bits [32 + sh, 32 + sh + 11), sh =
+ * ~id): the first is the key offset's bits [32 + sh, 32 + sh + 11), sh =
  * merge_first_shift(span) so that span >> sh < 2048 (the offsets' range in 11 bits); each later one
  * the next min(11, shift) bits below those found. Given the bits found so far, [shift, 64) (64:
  * none yet), the next digit's width and lowest bit (*nsh: the new shift once its bin is found). */

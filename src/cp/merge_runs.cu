@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(MR_THREADS, 1024 / MR_THREADS) topk_merge_runs
   if (k < valid) {
     const uint32_t span = sm.row_kmax - sm.row_kmin;
     const int sh = merge_first_shift(span);
-    int need = k, shift = 64, pass = 0;                  /* offset bits [shift, 64) are T's (64: none yet) */
+    int need = k, shift = 64, pass = 0; /* offset bits [shift, 64) are T's (64: none yet) */
     for (;;) {
       int width, nsh;
       merge_next_digit(shift, sh, &width, &nsh);

@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(TREE_THREADS, 1) topk_merge_tree_kernel(const 
   if (k < valid) {
     const uint32_t span = mx - mn;
     const int sh = merge_first_shift(span);
-    int need = k, shift = 64;                            /* offset bits [shift, 64) are T's (64: none yet) */
+    int need = k, shift = 64; /* offset bits [shift, 64) are T's (64: none yet) */
     for (;;) {
       int width, nsh;
       merge_next_digit(shift, sh, &width, &nsh);
