@@ -288,6 +288,10 @@ int dsa_choose_attention(const dsa_sparse_mla_args *a, int num_sms) {
  *   1 token       W = 2 / 4 / 8:  13.8 / 16.6 / 20.4   15.5 / 17.2 / 25.3   18.8 / 17.3 / 32.1
  *   64 tokens     W = 2 / 4 / 8:  14.1 / 17.2 / 21.7   15.7 / 31.1 / 25.4   21.1 / 48.8 / 32.3
  *   4096 tokens   W = 2 / 4 / 8:  348 / 501 / 607      408 / 1102 / 755     530 / 2244 / 1029
+ * The same on the H200 (merge-tree-h200-2026-12-05.json), which confirms each choice:
+ *   1 token       W = 2 / 4 / 8:  13.6 / 14.4 / 20.2   15.1 / 15.1 / 25.0   18.5 / 15.3 / 31.8
+ *   64 tokens     W = 2 / 4 / 8:  13.8 / 15.0 / 21.5   15.4 / 28.1 / 25.2   20.9 / 44.7 / 32.1
+ *   4096 tokens   W = 2 / 4 / 8:  348 / 464 / 604      406 / 1024 / 748     527 / 2067 / 1017
  * ncu, one token x 8 lists (H100): tree 2,470 instructions a warp at 0.6 issued a scheduler-cycle
  * (issue-bound on its one SM), runs 7,700 a CTA-warp over 8 SMs at 0.3 (latency-bound). */
 #define MERGE_RUNS_WAVE 132 /* the H100's and H200's SMs */
