@@ -257,6 +257,16 @@ void dsa_choose_topk(dsa_topk_params *p) {
  * it. Its choice must not depend on num_sms (the workspace bound asks with DSA_PLAN_MAX_SMS). */
 #define HEADS_AS_M_MIN_HEADS 33
 #define HEADS_AS_M_MIN_UNITS 8
+/* bf16 KV at <= 32 heads: heads_as_m, its 64-row tile mostly padding, still wins once there are
+ * enough tokens to fill the SMs (why mma_split falls behind there is not profiled). H100 2026-12-05, decode, us, mma_split / heads_as_m (--check ok):
+ *   8 heads   tokens 8 / 16 / 32 / 64:  13.1 / 18.2   21.6 / 26.2   45.4 / 46.3   80.7 / 64.8
+ *   16 heads  tokens 8 / 16 / 32 / 64:  14.1 / 19.0   23.8 / 27.5   47.3 / 48.0   83.1 / 66.1
+ *   32 heads  tokens 8 / 16 / 32 / 64:  19.3 / 20.6   33.3 / 28.9   57.3 / 50.6   99.6 / 69.3
+ *   chunked prefill 4096 tokens (128k) at 8 / 16 heads: 2,937 / 2,053 and 3,001 / 2,119
+ * H200: 16 heads 64 / 512 / 4096 tokens 71.7 / 50.9, 471.7 / 314.9, 3,583 / 2,498; 32 heads 89.2 /
+ * 54.1, 553.8 / 322.6, 4,215 / 2,523. */
+#define BF16_HEADS_AS_M_MIN_TOKENS 48       /* <= 16 heads: the two tie at 32 tokens */
+#define BF16_HEADS_AS_M_MIN_TOKENS_WIDE 16  /* 17 to 32 heads */
 
 int dsa_choose_attention(const dsa_sparse_mla_args *a, int num_sms) {
   const int forced = override_get()->attention;
@@ -266,6 +276,9 @@ int dsa_choose_attention(const dsa_sparse_mla_args *a, int num_sms) {
    * 4096 x 128 heads 6.34 ms (mma_split 15.5) */
   const int64_t units = (int64_t)a->num_tokens * ((a->num_heads + 63) / 64);
   if (a->num_heads >= HEADS_AS_M_MIN_HEADS && units >= HEADS_AS_M_MIN_UNITS) return DSA_ATTN_HEADS_AS_M;
+  if (a->kv_format == DSA_KV_BF16 &&
+      a->num_tokens >= (a->num_heads > 16 ? BF16_HEADS_AS_M_MIN_TOKENS_WIDE : BF16_HEADS_AS_M_MIN_TOKENS))
+    return DSA_ATTN_HEADS_AS_M;
   /* rows_as_m: packed FP8 KV, <= 64 heads, from 32 tokens: 64 x 16 heads 55.1 us (bf16 KV on
    * mma_split: 71.3); GLM's 4096-token chunk at 16 heads (128k) 3.06 ms against mma_split's 4.26
    * (heads_as_m 3.16). It was capped at two waves of its CTAs, the largest batch the crossover
