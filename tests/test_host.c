@@ -343,9 +343,9 @@ static void test_sm_count(void) {
 }
 
 /* Which attention kernel a call runs: the per-shape choice (heads_as_m for > 32 heads once tokens x
- * ceil(heads / 64) >= 8, and for bf16 KV at <= 32 heads from 48 tokens (<= 16 heads) or 16 (17 to
- * 32); else rows_as_m for packed FP8 KV, <= 64 heads, >= 32 tokens; else mma_split), DSA_KERNEL
- * overriding it; rows_as_m and heads_as_m
+ * ceil(heads / 64) >= 8, and at 17 to 32 heads from 16 tokens (bf16 KV) or 40 (packed FP8); at
+ * <= 16 heads from 40 tokens rows_as_m for packed FP8, heads_as_m for bf16; else mma_split),
+ * DSA_KERNEL overriding it; rows_as_m and heads_as_m
  * plans take no workspace (rows_as_m even when it splits). Kernels by their dsa_attention_kernel:
  * 1 mma_split, 2 rows_as_m, 3 heads_as_m. */
 static void test_mla_kernel_choice(void) {
@@ -354,13 +354,15 @@ static void test_mla_kernel_choice(void) {
   } cases[] = {
       {64, 16, 1, 132, 2},  {32, 64, 1, 132, 3},  {7, 64, 1, 132, 1},   {8, 64, 1, 132, 3},
       {64, 64, 1, 132, 3},  {64, 64, 0, 132, 3},  {1, 16, 1, 132, 1},   {31, 16, 1, 132, 1},
-      {32, 16, 1, 132, 2},  {3, 128, 1, 132, 1},  {4, 128, 1, 132, 3},  {30, 128, 1, 132, 3},
-      {256, 64, 1, 132, 3}, {4096, 128, 0, 132, 3}, {264, 32, 1, 132, 2}, {265, 32, 1, 132, 2},
+      {32, 16, 1, 132, 1},  {3, 128, 1, 132, 1},  {4, 128, 1, 132, 3},  {30, 128, 1, 132, 3},
+      {256, 64, 1, 132, 3}, {4096, 128, 0, 132, 3}, {264, 32, 1, 132, 3}, {265, 32, 1, 132, 3},
       {1000, 32, 0, 132, 3}, {64, 16, 0, 132, 3}, {64, 16, 1, 16, 2},  {8, 64, 1, 16, 3},
       {1, 128, 0, 132, 1},  {7, 64, 0, 132, 1},  {4096, 16, 1, 132, 2}, {4096, 8, 1, 132, 2},
-      {4096, 16, 0, 132, 3}, {47, 16, 0, 132, 1}, {48, 16, 0, 132, 3}, {47, 8, 0, 132, 1},
+      {4096, 16, 0, 132, 3}, {39, 16, 0, 132, 1}, {40, 16, 0, 132, 3}, {39, 8, 0, 132, 1},
       {4096, 8, 0, 132, 3}, {15, 32, 0, 132, 1}, {16, 32, 0, 132, 3}, {16, 17, 0, 132, 3},
-      {16, 16, 0, 132, 1},  {1, 32, 0, 132, 1},  {48, 16, 1, 132, 2},
+      {16, 16, 0, 132, 1},  {1, 32, 0, 132, 1},  {39, 16, 1, 132, 1}, {40, 16, 1, 132, 2},
+      {39, 32, 1, 132, 1},  {40, 32, 1, 132, 3}, {40, 17, 1, 132, 3}, {512, 32, 1, 132, 3},
+      {16, 32, 1, 132, 1},  {40, 1, 1, 132, 2},
   };
   dsa_choose_override(NULL);
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -257,16 +257,28 @@ void dsa_choose_topk(dsa_topk_params *p) {
  * it. Its choice must not depend on num_sms (the workspace bound asks with DSA_PLAN_MAX_SMS). */
 #define HEADS_AS_M_MIN_HEADS 33
 #define HEADS_AS_M_MIN_UNITS 8
-/* bf16 KV at <= 32 heads: heads_as_m, its 64-row tile mostly padding, still wins once there are
- * enough tokens to fill the SMs (why mma_split falls behind there is not profiled). H100 2026-12-05, decode, us, mma_split / heads_as_m (--check ok):
- *   8 heads   tokens 8 / 16 / 32 / 64:  13.1 / 18.2   21.6 / 26.2   45.4 / 46.3   80.7 / 64.8
- *   16 heads  tokens 8 / 16 / 32 / 64:  14.1 / 19.0   23.8 / 27.5   47.3 / 48.0   83.1 / 66.1
- *   32 heads  tokens 8 / 16 / 32 / 64:  19.3 / 20.6   33.3 / 28.9   57.3 / 50.6   99.6 / 69.3
- *   chunked prefill 4096 tokens (128k) at 8 / 16 heads: 2,937 / 2,053 and 3,001 / 2,119
- * H200: 16 heads 64 / 512 / 4096 tokens 71.7 / 50.9, 471.7 / 314.9, 3,583 / 2,498; 32 heads 89.2 /
- * 54.1, 553.8 / 322.6, 4,215 / 2,523. */
-#define BF16_HEADS_AS_M_MIN_TOKENS 48       /* <= 16 heads: the two tie at 32 tokens */
-#define BF16_HEADS_AS_M_MIN_TOKENS_WIDE 16  /* 17 to 32 heads */
+/* At 17 to 32 heads heads_as_m, its 64-row tile half padding, still beats the others once there are
+ * enough tokens: from 16 on bf16 KV, 40 on packed FP8 (where rows_as_m's 32-head CTAs lose to it).
+ * At <= 16 heads from 40 tokens: rows_as_m on packed FP8, heads_as_m on bf16 (rows_as_m has no
+ * bf16 gain there: the GLM chunk 4,481 us against 2,096). Why mma_split falls behind at batch is not
+ * profiled. H100 2026-12-05, decode over 8k, us, every row --check ok:
+ *   bf16, mma_split / heads_as_m:
+ *     8 heads   tokens 32 / 40 / 64:      45.4 / 46.3   55.8 / 49.0   80.7 / 64.8
+ *     16 heads  tokens 32 / 40 / 64:      47.3 / 48.0   57.9 / 49.9   83.1 / 66.1
+ *     32 heads  tokens 8 / 16 / 64:       19.3 / 20.6   33.3 / 28.9   99.6 / 69.3
+ *     the GLM chunk (4096 tokens at 128k), 8 / 16 heads: 2,937 / 2,053 and 3,001 / 2,119
+ *   FP8, mma_split / rows_as_m / heads_as_m:
+ *     8 heads   tokens 32 / 64 / 512:     46.3 / 60.2 / 57.6   84.9 / 57.9 / 63.8   - / 394.0 / 390.3
+ *     16 heads  tokens 32 / 64 / 512:     49.3 / 61.4 / 59.6   89.0 / 59.1 / 67.0   - / 406.5 / 404.3
+ *     32 heads  tokens 32 / 48 / 64 / 512: 60.8 / 87.0 / 62.3  99.0 / - / -  109.4 / 83.7 / 70.6
+ *                                         - / 624.4 / 411.1
+ * H200, bf16, mma_split / heads_as_m: 16 heads 64 / 512 / 4096 tokens 71.7 / 50.9, 471.7 / 314.9,
+ * 3,583 / 2,498; 32 heads 89.2 / 54.1, 553.8 / 322.6, 4,215 / 2,523. The FP8 rows_as_m rule (from 32
+ * tokens at <= 32 heads until 2026-12-05) came from the H200 at 64 x 16 heads (55.1 against
+ * mma_split's 95 us); the FP8 crossovers above are the H100's, not yet rerun on the H200. */
+#define WIDE_HEADS 17                  /* 17 to 32 heads */
+#define BF16_WIDE_HEADS_AS_M_TOKENS 16 /* bf16, 17 to 32 heads */
+#define BATCH_TOKENS 40                /* FP8 at 17 to 32 heads; both at <= 16 heads */
 
 int dsa_choose_attention(const dsa_sparse_mla_args *a, int num_sms) {
   const int forced = override_get()->attention;
@@ -276,15 +288,14 @@ int dsa_choose_attention(const dsa_sparse_mla_args *a, int num_sms) {
    * 4096 x 128 heads 6.34 ms (mma_split 15.5) */
   const int64_t units = (int64_t)a->num_tokens * ((a->num_heads + 63) / 64);
   if (a->num_heads >= HEADS_AS_M_MIN_HEADS && units >= HEADS_AS_M_MIN_UNITS) return DSA_ATTN_HEADS_AS_M;
-  if (a->kv_format == DSA_KV_BF16 &&
-      a->num_tokens >= (a->num_heads > 16 ? BF16_HEADS_AS_M_MIN_TOKENS_WIDE : BF16_HEADS_AS_M_MIN_TOKENS))
+  const int bf16 = a->kv_format == DSA_KV_BF16;
+  if (a->num_heads >= WIDE_HEADS && a->num_heads < HEADS_AS_M_MIN_HEADS &&
+      a->num_tokens >= (bf16 ? BF16_WIDE_HEADS_AS_M_TOKENS : BATCH_TOKENS))
     return DSA_ATTN_HEADS_AS_M;
-  /* rows_as_m: packed FP8 KV, <= 64 heads, from 32 tokens: 64 x 16 heads 55.1 us (bf16 KV on
-   * mma_split: 71.3); GLM's 4096-token chunk at 16 heads (128k) 3.06 ms against mma_split's 4.26
-   * (heads_as_m 3.16). It was capped at two waves of its CTAs, the largest batch the crossover
-   * sweep had run; nothing measured past the cap lost to mma_split. */
-  if (a->kv_format == DSA_KV_FP8_PACKED && a->num_heads <= 64 && a->num_tokens >= 32)
-    return DSA_ATTN_ROWS_AS_M;
+  /* rows_as_m: GLM's 4096-token chunk at 16 heads (128k), FP8, 3.06 ms against mma_split's 4.26
+   * (heads_as_m 3.16, H200) */
+  if (a->num_heads < WIDE_HEADS && a->num_tokens >= BATCH_TOKENS)
+    return bf16 ? DSA_ATTN_HEADS_AS_M : DSA_ATTN_ROWS_AS_M;
   /* mma_split: one token and small batches (decode 1 token x 16 / 64 / 128 heads 11.4 / 13.6 /
    * 17.2 us, the index list split over CTAs and combined) */
   return DSA_ATTN_MMA_SPLIT;
