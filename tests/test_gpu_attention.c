@@ -190,6 +190,16 @@ static const mla_case k_mla_cases[] = {
     {.name = "sparse MLA H20 bf16 kv_stride 640, T40 topk2048, lens", .H = 20, .T = 40, .topk = 2048,
      .fmt = DSA_KV_BF16, .kv_stride = 640, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0,
      .num_slots = 9000, .check_determinism = 1, .seed = 421},
+    /* the table's edges at <= 32 heads: GLM's 16 heads with FP8 KV from 40 tokens (rows_as_m), 32
+     * heads with FP8 KV from 40 (heads_as_m), bf16 at 16 heads from 40 (heads_as_m) */
+    {.name = "sparse MLA H16 fp8 (stored) T40 topk2048, lens", .H = 16, .T = 40, .topk = 2048,
+     .fmt = DSA_KV_FP8_PACKED, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0, .num_slots = 20000,
+     .check_determinism = 1, .seed = 422},
+    {.name = "sparse MLA H32 fp8 (random bytes) T40 topk2048, lens", .H = 32, .T = 40, .topk = 2048,
+     .fmt = DSA_KV_FP8_PACKED, .fp8_random_bytes = 1, .lens_given = 1, .q_amp = 2.0, .num_slots = 20000,
+     .seed = 423},
+    {.name = "sparse MLA H16 bf16 kv_stride 576, T40 topk2048", .H = 16, .T = 40, .topk = 2048, .fmt = DSA_KV_BF16,
+     .kv_stride = 576, .q_amp = 1.0, .num_slots = 20000, .seed = 424},
 };
 
 int main(void) {
