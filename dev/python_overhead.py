@@ -1,13 +1,14 @@
 """Host cost of dsa's Python calls against torch.add's, in one run (issue 23: each eager call should cost
 at most 1.5x a torch.add on a tiny tensor).
 
-For each public call (every one with a fast path: dsa/_fast.py) at a small shape, the host time per call:
-the median over BURSTS bursts of BURST calls, each burst issued onto an idle GPU (synchronised before it,
-the clock stopped when its last call returns). A burst is short, so the host should not wait for the
-GPU (if a kernel's launch-queue entries are fewer than 200, it still does): over thousands of calls back
-to back a call whose kernel outlasts its issue (the indexer's, ~14 us at 8k) times the GPU instead. That sustained rate is printed beside the C call (N calls back
-to back, max(host, GPU)). With outputs given (and workspace given) and with
-outputs allocated by the call, through each implementation of the fast path (the dsa._fastcall
+For each public call (every one with a fast path: dsa/_fast.py) at a small shape, the host time per
+call: the median over BURSTS bursts of BURST calls, each burst issued onto an idle GPU (synchronised
+before it, the clock stopped when its last call returns). A burst is short, so the host should not
+wait for the GPU (if the launch queue holds fewer than 200 of a call's launches, it still does;
+dev/launch_cost.cu measures its depth). Over thousands of calls back to back, a call whose kernel
+outlasts its issue (the indexer's, ~14 us at 8k) times the GPU instead: that sustained rate is
+printed beside the C call (N calls back to back, max(host, GPU)). With outputs given (and workspace
+given) and with outputs allocated by the call, through each implementation of the fast path (the dsa._fastcall
 extension where it is built — with PyTorch >= 2.10 once reading tensors in C, once asking their Python
 attributes (fc-attrs) — and the Python one); torch.ops.dsa's operators through their kernels
 (C where dsa.ops has C kernels: timed with the extension, whose plans they use); beside it

@@ -345,8 +345,8 @@ static void test_sm_count(void) {
 /* Which attention kernel a call runs: the per-shape choice (heads_as_m for > 32 heads once tokens x
  * ceil(heads / 64) >= 8, and at 17 to 32 heads from 16 tokens (bf16 KV) or 40 (packed FP8); at
  * <= 16 heads from 40 tokens rows_as_m for packed FP8, heads_as_m for bf16; else mma_split),
- * DSA_KERNEL overriding it; rows_as_m and heads_as_m
- * plans take no workspace (rows_as_m even when it splits). Kernels by their dsa_attention_kernel:
+ * DSA_KERNEL overriding it; rows_as_m and heads_as_m plans take no workspace (rows_as_m even when
+ * it splits). Kernels by their dsa_attention_kernel:
  * 1 mma_split, 2 rows_as_m, 3 heads_as_m. */
 static void test_mla_kernel_choice(void) {
   static const struct {

@@ -267,18 +267,18 @@ void dsa_choose_topk(dsa_topk_params *p) {
  *     16 heads  tokens 32 / 40 / 64:      47.3 / 48.0   57.9 / 49.9   83.1 / 66.1
  *     32 heads  tokens 8 / 16 / 64:       19.3 / 20.6   33.3 / 28.9   99.6 / 69.3
  *     the GLM chunk (4096 tokens at 128k), 8 / 16 heads: 2,937 / 2,053 and 3,001 / 2,119
- *   FP8, mma_split / rows_as_m / heads_as_m:
+ *   FP8, mma_split / rows_as_m / heads_as_m (mma_split not run at 512):
  *     8 heads   tokens 32 / 64 / 512:     46.3 / 60.2 / 57.6   84.9 / 57.9 / 63.8   - / 394.0 / 390.3
  *     16 heads  tokens 32 / 64 / 512:     49.3 / 61.4 / 59.6   89.0 / 59.1 / 67.0   - / 406.5 / 404.3
- *     32 heads  tokens 32 / 48 / 64 / 512: 60.8 / 87.0 / 62.3  99.0 / - / -  109.4 / 83.7 / 70.6
- *                                         - / 624.4 / 411.1
+ *     32 heads  tokens 32 / 64 / 512:     60.8 / 87.0 / 62.3   109.4 / 83.7 / 70.6  - / 624.4 / 411.1
  * H200, bf16, mma_split / heads_as_m: 16 heads 64 / 512 / 4096 tokens 71.7 / 50.9, 471.7 / 314.9,
  * 3,583 / 2,498; 32 heads 89.2 / 54.1, 553.8 / 322.6, 4,215 / 2,523. The FP8 rows_as_m rule (from 32
  * tokens at <= 32 heads until 2026-12-05) came from the H200 at 64 x 16 heads (55.1 against
  * mma_split's 95 us); the FP8 crossovers above are the H100's, not yet rerun on the H200. */
-#define WIDE_HEADS 17                  /* 17 to 32 heads */
-#define BF16_WIDE_HEADS_AS_M_TOKENS 16 /* bf16, 17 to 32 heads */
-#define BATCH_TOKENS 40                /* FP8 at 17 to 32 heads; both at <= 16 heads */
+#define WIDE_HEADS 17                  /* 17 to 32 heads: heads_as_m's tile at least a quarter full */
+#define BF16_WIDE_HEADS_AS_M_TOKENS 16 /* bf16 KV at 17 to 32 heads */
+#define BATCH_TOKENS 40                /* where the wgmma kernels pass mma_split: FP8 KV at 17 to 32
+                                          heads, both formats at <= 16 */
 
 int dsa_choose_attention(const dsa_sparse_mla_args *a, int num_sms) {
   const int forced = override_get()->attention;
