@@ -10,6 +10,8 @@
  *     (-inf included). Output entries are in that rank order.
  *   - Attention follows dsa.h exactly (skipped entries, out = 0 and lse = -inf for a token with
  *     nothing valid).
+ * The indexer and attention calls run their tokens on up to all the machine's cores (each token
+ * computed alone: the result is one thread's bit for bit); DSA_REF_THREADS=n sets the count.
  */
 #ifndef DSA_REF_H
 #define DSA_REF_H

@@ -1106,6 +1106,76 @@ static void run_attn_case(dsa_kv_format fmt, uint64_t s) {
 static void test_attn_bf16(void) { run_attn_case(DSA_KV_BF16, 101); }
 static void test_attn_fp8(void) { run_attn_case(DSA_KV_FP8_PACKED, 102); }
 
+/* The indexer and attention calls run their tokens on several threads (dsa_ref.c: ref_for_tokens):
+ * with 1, 2 and 7 threads (DSA_REF_THREADS) every output is the same, bit for bit. */
+static void test_threads(void) {
+  static const char *const counts[3] = {"1", "2", "7"};
+  enum { DT = 9, DK = 5, DSTRIDE = 20, PT = 6, PSTRIDE = 26 };
+  attn_fx *af = xcalloc(1, sizeof *af);
+  attn_fx_init(af, DSA_KV_FP8_PACKED, 103);
+  af->a.lens = af->lens;
+  decode_fx df;
+  decode_fx_init(&df, DSA_DTYPE_FP8_E4M3, DSA_DTYPE_BF16);
+  prefill_fx pf;
+  prefill_fx_init(&pf, DSA_DTYPE_BF16, DSA_DTYPE_F32);
+  const size_t no = (size_t)T_ATT * H_ATT * VD;
+  float *of[3], *lse[3];
+  uint16_t *ob[3];
+  double *dscore[3], *pscore[3];
+  int32_t *didx[3], *pidx[3], dlens[3][DT], plens[3][PT];
+  for (int c = 0; c < 3; c++) {
+    setenv("DSA_REF_THREADS", counts[c], 1);
+    of[c] = xcalloc(no, sizeof(float));
+    ob[c] = xcalloc(no, 2);
+    lse[c] = xcalloc((size_t)T_ATT * H_ATT, sizeof(float));
+    af->a.out = ob[c];
+    af->a.lse = lse[c];
+    dsa_ref_sparse_mla(&af->a, of[c]);
+    dscore[c] = xcalloc((size_t)DT * DSTRIDE, sizeof(double));
+    dsa_ref_indexer_decode_scores_f64(&df.a, dscore[c], DSTRIDE);
+    didx[c] = xcalloc((size_t)DT * DK, sizeof(int32_t));
+    df.a.topk = DK;
+    df.a.topk_indices = didx[c];
+    df.a.topk_lens = dlens[c];
+    dsa_ref_indexer_decode(&df.a);
+    pscore[c] = xcalloc((size_t)PT * PSTRIDE, sizeof(double));
+    dsa_ref_indexer_prefill_scores_f64(&pf.a, pscore[c], PSTRIDE);
+    pidx[c] = xcalloc((size_t)PT * DK, sizeof(int32_t));
+    pf.a.topk = DK;
+    pf.a.topk_indices = pidx[c];
+    pf.a.topk_lens = plens[c];
+    pf.a.output_global_slots = 1;
+    dsa_ref_indexer_prefill(&pf.a);
+  }
+  unsetenv("DSA_REF_THREADS");
+  for (int c = 1; c < 3; c++) {
+    check(memcmp(of[0], of[c], no * sizeof(float)) == 0 && memcmp(ob[0], ob[c], no * 2) == 0 &&
+              memcmp(lse[0], lse[c], (size_t)T_ATT * H_ATT * sizeof(float)) == 0,
+          "sparse_mla with %s threads differs from one thread's", counts[c]);
+    check(memcmp(dscore[0], dscore[c], (size_t)DT * DSTRIDE * sizeof(double)) == 0 &&
+              memcmp(didx[0], didx[c], (size_t)DT * DK * sizeof(int32_t)) == 0 &&
+              memcmp(dlens[0], dlens[c], sizeof dlens[0]) == 0,
+          "indexer decode with %s threads differs from one thread's", counts[c]);
+    check(memcmp(pscore[0], pscore[c], (size_t)PT * PSTRIDE * sizeof(double)) == 0 &&
+              memcmp(pidx[0], pidx[c], (size_t)PT * DK * sizeof(int32_t)) == 0 &&
+              memcmp(plens[0], plens[c], sizeof plens[0]) == 0,
+          "indexer prefill with %s threads differs from one thread's", counts[c]);
+  }
+  for (int c = 0; c < 3; c++) {
+    free(of[c]);
+    free(ob[c]);
+    free(lse[c]);
+    free(dscore[c]);
+    free(didx[c]);
+    free(pscore[c]);
+    free(pidx[c]);
+  }
+  prefill_fx_free(&pf);
+  decode_fx_free(&df);
+  free(af->kv);
+  free(af);
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 /* Cache writers                                                                                   */
 /* ---------------------------------------------------------------------------------------------- */
@@ -1385,6 +1455,7 @@ int main(void) {
       {"indexer_prefill", test_indexer_prefill},
       {"attn_bf16", test_attn_bf16},
       {"attn_fp8", test_attn_fp8},
+      {"threads", test_threads},
       {"index_k_store", test_index_k_store},
       {"mla_kv_store_fp8", test_mla_kv_store_fp8},
       {"mla_kv_store_bf16", test_mla_kv_store_bf16},

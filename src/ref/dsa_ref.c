@@ -3,14 +3,19 @@
  *
  * Plain C11, host pointers only, float64 accumulation everywhere. This file is the definition the
  * GPU kernels are tested against, so it favours obviously-correct code over speed, except where a
- * benchmark-sized input (1M candidate rows) would make a naive algorithm unusable (top-k).
+ * benchmark-sized input (1M candidate rows) would make a naive algorithm unusable (top-k), and
+ * that the indexer and attention calls run their tokens on the machine's cores (each token is
+ * computed alone, so the results are those of one thread, bit for bit; ref_for_tokens).
  */
 #include "dsa_ref.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Small helpers                                                                                   */
@@ -24,6 +29,46 @@ static void *xmalloc(size_t bytes) {
     abort();
   }
   return p;
+}
+
+/* ---- tokens on several threads ----------------------------------------------------------------
+ * fn(ctx, t) for every t in [0, n): each thread takes the next token from a shared counter, and fn
+ * computes token t from the call's inputs alone into token t's outputs, with scratch of its own —
+ * so which thread runs a token, or in which order, cannot change a bit. Threads: the online cores,
+ * at most REF_MAX_THREADS and n; DSA_REF_THREADS=k sets k (1: the calling thread alone). A thread
+ * that cannot be started leaves its tokens to the others. */
+#define REF_MAX_THREADS 64
+typedef void (*ref_token_fn)(const void *ctx, int t);
+typedef struct {
+  int n;
+  atomic_int next;
+  ref_token_fn fn;
+  const void *ctx;
+} ref_tokens;
+
+static void *ref_tokens_run(void *p) {
+  ref_tokens *w = p;
+  for (int t; (t = atomic_fetch_add(&w->next, 1)) < w->n;) w->fn(w->ctx, t);
+  return NULL;
+}
+
+static int ref_threads(int n) {
+  const char *env = getenv("DSA_REF_THREADS");
+  long k = env && *env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+  if (k < 1) k = 1;
+  if (k > REF_MAX_THREADS) k = REF_MAX_THREADS;
+  return (int)(k < n ? k : (n > 0 ? n : 1));
+}
+
+static void ref_for_tokens(int n, ref_token_fn fn, const void *ctx) {
+  ref_tokens w = {.n = n, .fn = fn, .ctx = ctx};
+  atomic_init(&w.next, 0);
+  pthread_t tid[REF_MAX_THREADS];
+  int started = 0;
+  for (int k = ref_threads(n); started + 1 < k; started++)
+    if (pthread_create(&tid[started], NULL, ref_tokens_run, &w) != 0) break;
+  ref_tokens_run(&w);
+  for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
 }
 
 static float bits_to_float(uint32_t u) {
@@ -260,82 +305,80 @@ static int decode_num_tokens(const dsa_indexer_decode_args *a) {
   return a->num_reqs * a->q_len_per_req;
 }
 
-static int decode_max_len(const dsa_indexer_decode_args *a) {
-  int m = 0;
-  for (int t = 0; t < decode_num_tokens(a); t++) {
-    int l = dsa_ref_decode_len(a, t);
-    if (l > m) m = l;
-  }
-  return m;
+/* A token's scratch: its prepared query, one key row and (row_len >= 0) its scores as float64. */
+typedef struct {
+  prepared_query pq;
+  double *kbuf, *row;
+} token_scratch;
+
+static void token_scratch_new(const dsa_indexer_query *q, int row_len, token_scratch *ts) {
+  prepared_alloc(q, &ts->pq);
+  ts->kbuf = xmalloc(sizeof(double) * (size_t)q->head_dim);
+  ts->row = row_len >= 0 ? xmalloc(sizeof(double) * (size_t)row_len) : NULL;
 }
 
-static int prefill_max_len(const dsa_indexer_prefill_args *a) {
-  int m = 0;
-  for (int t = 0; t < a->num_tokens; t++) {
-    int l = dsa_ref_prefill_range(a, t, NULL);
-    if (l > m) m = l;
-  }
-  return m;
+static void token_scratch_free(token_scratch *ts) {
+  free(ts->row);
+  free(ts->kbuf);
+  prepared_free(&ts->pq);
+}
+
+/* The scores calls' arguments as their tokens read them: decode or prefill, float64 rows of
+ * `stride` doubles (out) or the float32 rows of the scores-only calls (scores). */
+typedef struct {
+  const dsa_indexer_decode_args *decode;
+  const dsa_indexer_prefill_args *prefill;
+  double *out;
+  int64_t stride;
+  float *scores;
+  int64_t scores_stride;
+} scores_job;
+
+static void decode_scores_token(const void *ctx, int t) {
+  const scores_job *j = ctx;
+  const int len = dsa_ref_decode_len(j->decode, t);
+  token_scratch ts;
+  token_scratch_new(&j->decode->query, j->out ? -1 : len, &ts);
+  double *row = j->out ? j->out + (int64_t)t * j->stride : ts.row;
+  decode_token_scores(j->decode, t, len, &ts.pq, ts.kbuf, row);
+  if (!j->out)
+    for (int i = 0; i < len; i++) j->scores[(int64_t)t * j->scores_stride + i] = (float)row[i];
+  token_scratch_free(&ts);
+}
+
+static void prefill_scores_token(const void *ctx, int t) {
+  const scores_job *j = ctx;
+  int64_t begin;
+  const int len = dsa_ref_prefill_range(j->prefill, t, &begin);
+  token_scratch ts;
+  token_scratch_new(&j->prefill->query, j->out ? -1 : len, &ts);
+  double *row = j->out ? j->out + (int64_t)t * j->stride : ts.row;
+  prefill_token_scores(j->prefill, t, begin, len, &ts.pq, ts.kbuf, row);
+  if (!j->out)
+    for (int i = 0; i < len; i++) j->scores[(int64_t)t * j->scores_stride + i] = (float)row[i];
+  token_scratch_free(&ts);
 }
 
 void dsa_ref_indexer_decode_scores_f64(const dsa_indexer_decode_args *args, double *out,
                                        int64_t stride) {
-  prepared_query pq;
-  prepared_alloc(&args->query, &pq);
-  double *kbuf = xmalloc(sizeof(double) * (size_t)args->query.head_dim);
-  for (int t = 0; t < decode_num_tokens(args); t++)
-    decode_token_scores(args, t, dsa_ref_decode_len(args, t), &pq, kbuf, out + (int64_t)t * stride);
-  free(kbuf);
-  prepared_free(&pq);
+  const scores_job j = {.decode = args, .out = out, .stride = stride};
+  ref_for_tokens(decode_num_tokens(args), decode_scores_token, &j);
 }
 
 void dsa_ref_indexer_prefill_scores_f64(const dsa_indexer_prefill_args *args, double *out,
                                         int64_t stride) {
-  prepared_query pq;
-  prepared_alloc(&args->query, &pq);
-  double *kbuf = xmalloc(sizeof(double) * (size_t)args->query.head_dim);
-  for (int t = 0; t < args->num_tokens; t++) {
-    int64_t begin;
-    int len = dsa_ref_prefill_range(args, t, &begin);
-    prefill_token_scores(args, t, begin, len, &pq, kbuf, out + (int64_t)t * stride);
-  }
-  free(kbuf);
-  prepared_free(&pq);
+  const scores_job j = {.prefill = args, .out = out, .stride = stride};
+  ref_for_tokens(args->num_tokens, prefill_scores_token, &j);
 }
 
 void dsa_ref_indexer_decode_scores(const dsa_indexer_decode_scores_args *args) {
-  const dsa_indexer_decode_args *a = &args->decode;
-  prepared_query pq;
-  prepared_alloc(&a->query, &pq);
-  double *kbuf = xmalloc(sizeof(double) * (size_t)a->query.head_dim);
-  double *row = xmalloc(sizeof(double) * (size_t)decode_max_len(a));
-  for (int t = 0; t < decode_num_tokens(a); t++) {
-    int len = dsa_ref_decode_len(a, t);
-    decode_token_scores(a, t, len, &pq, kbuf, row);
-    float *dst = args->scores + (int64_t)t * args->scores_stride;
-    for (int i = 0; i < len; i++) dst[i] = (float)row[i];
-  }
-  free(row);
-  free(kbuf);
-  prepared_free(&pq);
+  const scores_job j = {.decode = &args->decode, .scores = args->scores, .scores_stride = args->scores_stride};
+  ref_for_tokens(decode_num_tokens(&args->decode), decode_scores_token, &j);
 }
 
 void dsa_ref_indexer_prefill_scores(const dsa_indexer_prefill_scores_args *args) {
-  const dsa_indexer_prefill_args *a = &args->prefill;
-  prepared_query pq;
-  prepared_alloc(&a->query, &pq);
-  double *kbuf = xmalloc(sizeof(double) * (size_t)a->query.head_dim);
-  double *row = xmalloc(sizeof(double) * (size_t)prefill_max_len(a));
-  for (int t = 0; t < a->num_tokens; t++) {
-    int64_t begin;
-    int len = dsa_ref_prefill_range(a, t, &begin);
-    prefill_token_scores(a, t, begin, len, &pq, kbuf, row);
-    float *dst = args->scores + (int64_t)t * args->scores_stride;
-    for (int i = 0; i < len; i++) dst[i] = (float)row[i];
-  }
-  free(row);
-  free(kbuf);
-  prepared_free(&pq);
+  const scores_job j = {.prefill = &args->prefill, .scores = args->scores, .scores_stride = args->scores_stride};
+  ref_for_tokens(args->prefill.num_tokens, prefill_scores_token, &j);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -429,54 +472,51 @@ void dsa_ref_topk(const dsa_topk_args *args) {
   }
 }
 
+static void indexer_decode_token(const void *ctx, int t) {
+  const dsa_indexer_decode_args *args = ctx;
+  const int r = t / args->q_len_per_req;
+  const int len = dsa_ref_decode_len(args, t);
+  int32_t *dst = args->topk_indices + (int64_t)t * args->topk;
+  token_scratch ts;
+  token_scratch_new(&args->query, len, &ts);
+  decode_token_scores(args, t, len, &ts.pq, ts.kbuf, ts.row);
+  const int cnt = dsa_ref_topk_row_f64(ts.row, len, args->topk, dst);
+  for (int i = 0; i < cnt; i++) dst[i] = (int32_t)decode_slot(args, r, dst[i]); /* -1 if bad page */
+  for (int i = cnt; i < args->topk; i++) dst[i] = -1;
+  if (args->topk_lens) args->topk_lens[t] = cnt;
+  token_scratch_free(&ts);
+}
+
 void dsa_ref_indexer_decode(const dsa_indexer_decode_args *args) {
-  int n_tok = decode_num_tokens(args);
-  prepared_query pq;
-  prepared_alloc(&args->query, &pq);
-  double *kbuf = xmalloc(sizeof(double) * (size_t)args->query.head_dim);
-  double *row = xmalloc(sizeof(double) * (size_t)decode_max_len(args));
-  for (int t = 0; t < n_tok; t++) {
-    int r = t / args->q_len_per_req;
-    int len = dsa_ref_decode_len(args, t);
-    int32_t *dst = args->topk_indices + (int64_t)t * args->topk;
-    decode_token_scores(args, t, len, &pq, kbuf, row);
-    int cnt = dsa_ref_topk_row_f64(row, len, args->topk, dst);
-    for (int i = 0; i < cnt; i++) dst[i] = (int32_t)decode_slot(args, r, dst[i]); /* -1 if bad page */
-    for (int i = cnt; i < args->topk; i++) dst[i] = -1;
-    if (args->topk_lens) args->topk_lens[t] = cnt;
+  ref_for_tokens(decode_num_tokens(args), indexer_decode_token, args);
+}
+
+static void indexer_prefill_token(const void *ctx, int t) {
+  const dsa_indexer_prefill_args *args = ctx;
+  const int64_t capacity = args->cache.num_pages * args->cache.page_size;
+  int64_t begin;
+  const int len = dsa_ref_prefill_range(args, t, &begin);
+  int32_t *dst = args->topk_indices + (int64_t)t * args->topk;
+  token_scratch ts;
+  token_scratch_new(&args->query, len, &ts);
+  prefill_token_scores(args, t, begin, len, &ts.pq, ts.kbuf, ts.row);
+  const int cnt = dsa_ref_topk_row_f64(ts.row, len, args->topk, dst);
+  for (int i = 0; i < cnt; i++) {
+    const int64_t w = begin + dst[i];
+    if (args->output_global_slots) {
+      const int64_t slot = args->kv_workspace_slots[w];
+      dst[i] = (slot >= 0 && slot < capacity) ? (int32_t)slot : -1;
+    } else {
+      dst[i] = (int32_t)w;
+    }
   }
-  free(row);
-  free(kbuf);
-  prepared_free(&pq);
+  for (int i = cnt; i < args->topk; i++) dst[i] = -1;
+  if (args->topk_lens) args->topk_lens[t] = cnt;
+  token_scratch_free(&ts);
 }
 
 void dsa_ref_indexer_prefill(const dsa_indexer_prefill_args *args) {
-  prepared_query pq;
-  prepared_alloc(&args->query, &pq);
-  double *kbuf = xmalloc(sizeof(double) * (size_t)args->query.head_dim);
-  double *row = xmalloc(sizeof(double) * (size_t)prefill_max_len(args));
-  int64_t capacity = args->cache.num_pages * args->cache.page_size;
-  for (int t = 0; t < args->num_tokens; t++) {
-    int64_t begin;
-    int len = dsa_ref_prefill_range(args, t, &begin);
-    int32_t *dst = args->topk_indices + (int64_t)t * args->topk;
-    prefill_token_scores(args, t, begin, len, &pq, kbuf, row);
-    int cnt = dsa_ref_topk_row_f64(row, len, args->topk, dst);
-    for (int i = 0; i < cnt; i++) {
-      int64_t w = begin + dst[i];
-      if (args->output_global_slots) {
-        int64_t slot = args->kv_workspace_slots[w];
-        dst[i] = (slot >= 0 && slot < capacity) ? (int32_t)slot : -1;
-      } else {
-        dst[i] = (int32_t)w;
-      }
-    }
-    for (int i = cnt; i < args->topk; i++) dst[i] = -1;
-    if (args->topk_lens) args->topk_lens[t] = cnt;
-  }
-  free(row);
-  free(kbuf);
-  prepared_free(&pq);
+  ref_for_tokens(args->num_tokens, indexer_prefill_token, args);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -497,9 +537,18 @@ static void mla_kv_row(const dsa_sparse_mla_args *a, int64_t s, double *k) {
   }
 }
 
-void dsa_ref_sparse_mla(const dsa_sparse_mla_args *args, float *out_f32) {
+typedef struct {
+  const dsa_sparse_mla_args *args;
+  float *out_f32;
+} mla_job;
+
+/* Token t: its valid entries in index-list order (duplicates count twice), the scaled scores of
+ * every head against them, the softmax and the weighted sum of the value rows. */
+static void sparse_mla_token(const void *ctx, int t) {
   enum { QK = DSA_MLA_QK_DIM, V = DSA_MLA_V_DIM };
-  int heads = args->num_heads, topk = args->topk;
+  const mla_job *j = ctx;
+  const dsa_sparse_mla_args *args = j->args;
+  const int heads = args->num_heads, topk = args->topk;
   double *q = xmalloc(sizeof(double) * (size_t)heads * QK);
   double *s = xmalloc(sizeof(double) * (size_t)heads * (size_t)topk); /* [heads, valid entries] */
   double *acc = xmalloc(sizeof(double) * (size_t)heads * V);
@@ -509,56 +558,53 @@ void dsa_ref_sparse_mla(const dsa_sparse_mla_args *args, float *out_f32) {
   const uint16_t *qbits = args->q;
   uint16_t *out = args->out;
 
-  for (int t = 0; t < args->num_tokens; t++) {
-    /* The valid entries of this token, in index-list order (duplicates count twice). */
-    const int32_t *idx = args->indices + (int64_t)t * args->indices_stride;
-    int lim = topk;
-    if (args->lens) lim = (int)clamp64(args->lens[t], 0, topk);
-    int nv = 0;
-    for (int i = 0; i < lim; i++)
-      if (idx[i] >= 0 && idx[i] < args->num_slots) slots[nv++] = idx[i];
+  const int32_t *idx = args->indices + (int64_t)t * args->indices_stride;
+  int lim = topk;
+  if (args->lens) lim = (int)clamp64(args->lens[t], 0, topk);
+  int nv = 0;
+  for (int i = 0; i < lim; i++)
+    if (idx[i] >= 0 && idx[i] < args->num_slots) slots[nv++] = idx[i];
 
-    for (int64_t e = 0; e < (int64_t)heads * QK; e++)
-      q[e] = (double)dsa_bf16_to_float(qbits[(int64_t)t * heads * QK + e]);
-    for (int64_t e = 0; e < (int64_t)heads * V; e++) acc[e] = 0.0;
+  for (int64_t e = 0; e < (int64_t)heads * QK; e++)
+    q[e] = (double)dsa_bf16_to_float(qbits[(int64_t)t * heads * QK + e]);
+  for (int64_t e = 0; e < (int64_t)heads * V; e++) acc[e] = 0.0;
 
-    /* Pass 1: scaled scores of every head against every valid row. */
-    for (int i = 0; i < nv; i++) {
-      mla_kv_row(args, slots[i], k);
-      for (int h = 0; h < heads; h++) {
-        double dot = 0.0;
-        for (int d = 0; d < QK; d++) dot += q[(int64_t)h * QK + d] * k[d];
-        s[(int64_t)h * nv + i] = (double)args->softmax_scale * dot;
-      }
-    }
-    /* Max per head, then the scores turn into p = exp(s - m) in place. */
+  /* Pass 1: scaled scores of every head against every valid row. */
+  for (int i = 0; i < nv; i++) {
+    mla_kv_row(args, slots[i], k);
     for (int h = 0; h < heads; h++) {
-      double m = -INFINITY, sum = 0.0;
-      for (int i = 0; i < nv; i++) m = fmax(m, s[(int64_t)h * nv + i]);
-      for (int i = 0; i < nv; i++) {
-        double p = exp(s[(int64_t)h * nv + i] - m);
-        s[(int64_t)h * nv + i] = p;
-        sum += p;
-      }
-      sums[h] = sum;
-      if (args->lse) args->lse[(int64_t)t * heads + h] = nv ? (float)(m + log(sum)) : -INFINITY;
+      double dot = 0.0;
+      for (int d = 0; d < QK; d++) dot += q[(int64_t)h * QK + d] * k[d];
+      s[(int64_t)h * nv + i] = (double)args->softmax_scale * dot;
     }
-    /* Pass 2: weighted sum of the value rows. */
+  }
+  /* Max per head, then the scores turn into p = exp(s - m) in place. */
+  for (int h = 0; h < heads; h++) {
+    double m = -INFINITY, sum = 0.0;
+    for (int i = 0; i < nv; i++) m = fmax(m, s[(int64_t)h * nv + i]);
     for (int i = 0; i < nv; i++) {
-      mla_kv_row(args, slots[i], k);
-      for (int h = 0; h < heads; h++) {
-        double p = s[(int64_t)h * nv + i];
-        double *ah = acc + (int64_t)h * V;
-        for (int d = 0; d < V; d++) ah[d] += p * k[d];
-      }
+      double p = exp(s[(int64_t)h * nv + i] - m);
+      s[(int64_t)h * nv + i] = p;
+      sum += p;
     }
+    sums[h] = sum;
+    if (args->lse) args->lse[(int64_t)t * heads + h] = nv ? (float)(m + log(sum)) : -INFINITY;
+  }
+  /* Pass 2: weighted sum of the value rows. */
+  for (int i = 0; i < nv; i++) {
+    mla_kv_row(args, slots[i], k);
     for (int h = 0; h < heads; h++) {
-      int64_t o = ((int64_t)t * heads + h) * V;
-      for (int d = 0; d < V; d++) {
-        double v = nv ? acc[(int64_t)h * V + d] / sums[h] : 0.0;
-        if (out) out[o + d] = dsa_float_to_bf16((float)v);
-        if (out_f32) out_f32[o + d] = (float)v;
-      }
+      double p = s[(int64_t)h * nv + i];
+      double *ah = acc + (int64_t)h * V;
+      for (int d = 0; d < V; d++) ah[d] += p * k[d];
+    }
+  }
+  for (int h = 0; h < heads; h++) {
+    int64_t o = ((int64_t)t * heads + h) * V;
+    for (int d = 0; d < V; d++) {
+      double v = nv ? acc[(int64_t)h * V + d] / sums[h] : 0.0;
+      if (out) out[o + d] = dsa_float_to_bf16((float)v);
+      if (j->out_f32) j->out_f32[o + d] = (float)v;
     }
   }
   free(slots);
@@ -567,6 +613,11 @@ void dsa_ref_sparse_mla(const dsa_sparse_mla_args *args, float *out_f32) {
   free(acc);
   free(s);
   free(q);
+}
+
+void dsa_ref_sparse_mla(const dsa_sparse_mla_args *args, float *out_f32) {
+  const mla_job j = {args, out_f32};
+  ref_for_tokens(args->num_tokens, sparse_mla_token, &j);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
