@@ -78,22 +78,6 @@ static int cmp_double(const void *a, const void *b) {
 
 enum { BATCH = 2000, BATCHES = 7 };
 
-/* µs a call of fn(i), the median batch */
-template <typename F>
-static double time_calls(cudaStream_t s, F fn) {
-  for (int i = 0; i < 200; ++i) fn(i);
-  CK(cudaStreamSynchronize(s));
-  double per[BATCHES];
-  for (int b = 0; b < BATCHES; ++b) {
-    const double t0 = now_us();
-    for (int i = 0; i < BATCH; ++i) fn(i);
-    per[b] = (now_us() - t0) / BATCH;
-    CK(cudaStreamSynchronize(s));
-  }
-  qsort(per, BATCHES, sizeof per[0], cmp_double);
-  return per[BATCHES / 2];
-}
-
 /* µs a call of n calls onto an idle stream (the median of BATCHES bursts): where n passes the launch
  * queue's depth for a kernel longer than its launch, the host waits and the rate becomes the GPU's */
 template <typename F>
@@ -109,6 +93,12 @@ static double time_burst(cudaStream_t s, int n, F fn) {
   CK(cudaStreamSynchronize(s));
   qsort(per, BATCHES, sizeof per[0], cmp_double);
   return per[BATCHES / 2];
+}
+
+/* µs a call of fn(i), the median of BATCHES batches of BATCH */
+template <typename F>
+static double time_calls(cudaStream_t s, F fn) {
+  return time_burst(s, BATCH, fn);
 }
 
 /* through the library's own launcher (common/launch.cuh), as its calls launch */
