@@ -3,9 +3,9 @@
  *
  * Plain C11, host pointers only, float64 accumulation everywhere. This file is the definition the
  * GPU kernels are tested against, so it favours obviously-correct code over speed, except where a
- * benchmark-sized input (1M candidate rows) would make a naive algorithm unusable (top-k), and
- * that the indexer and attention calls run their tokens on the machine's cores (each token is
- * computed alone, so the results are those of one thread, bit for bit; ref_for_tokens).
+ * benchmark-sized input (1M candidate rows) would make a naive algorithm unusable (top-k). The
+ * indexer and attention calls run their tokens on the machine's cores (ref_for_tokens): each token
+ * is computed alone, so the results are one thread's, bit for bit.
  */
 #include "dsa_ref.h"
 
