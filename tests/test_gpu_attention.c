@@ -200,6 +200,12 @@ static const mla_case k_mla_cases[] = {
      .seed = 423},
     {.name = "sparse MLA H16 bf16 kv_stride 576, T40 topk2048", .H = 16, .T = 40, .topk = 2048, .fmt = DSA_KV_BF16,
      .kv_stride = 576, .q_amp = 1.0, .num_slots = 20000, .seed = 424},
+    /* one head at batch: heads_as_m's tile 63 rows of padding (bf16), rows_as_m (FP8) */
+    {.name = "sparse MLA H1 bf16 kv_stride 640, T48 topk2048, lens", .H = 1, .T = 48, .topk = 2048,
+     .fmt = DSA_KV_BF16, .kv_stride = 640, .lens_given = 1, .all_invalid_token = 1, .q_amp = 2.0,
+     .num_slots = 20000, .seed = 425},
+    {.name = "sparse MLA H1 fp8 (stored) T48 topk2048, lens", .H = 1, .T = 48, .topk = 2048, .fmt = DSA_KV_FP8_PACKED,
+     .lens_given = 1, .q_amp = 2.0, .num_slots = 20000, .seed = 426},
 };
 
 int main(void) {
