@@ -323,8 +323,8 @@ static void token_scratch_free(token_scratch *ts) {
   prepared_free(&ts->pq);
 }
 
-/* The scores calls' arguments as their tokens read them: decode or prefill, float64 rows of
- * `stride` doubles (out) or the float32 rows of the scores-only calls (scores). */
+/* The scores calls' arguments as their tokens read them: decode or prefill (the other NULL), float64
+ * rows of `stride` doubles (out) or the float32 rows of the scores-only calls (scores). */
 typedef struct {
   const dsa_indexer_decode_args *decode;
   const dsa_indexer_prefill_args *prefill;
@@ -334,26 +334,15 @@ typedef struct {
   int64_t scores_stride;
 } scores_job;
 
-static void decode_scores_token(const void *ctx, int t) {
+static void scores_token(const void *ctx, int t) {
   const scores_job *j = ctx;
-  const int len = dsa_ref_decode_len(j->decode, t);
+  int64_t begin = 0;
+  const int len = j->decode ? dsa_ref_decode_len(j->decode, t) : dsa_ref_prefill_range(j->prefill, t, &begin);
   token_scratch ts;
-  token_scratch_new(&j->decode->query, j->out ? -1 : len, &ts);
+  token_scratch_new(j->decode ? &j->decode->query : &j->prefill->query, j->out ? -1 : len, &ts);
   double *row = j->out ? j->out + (int64_t)t * j->stride : ts.row;
-  decode_token_scores(j->decode, t, len, &ts.pq, ts.kbuf, row);
-  if (!j->out)
-    for (int i = 0; i < len; i++) j->scores[(int64_t)t * j->scores_stride + i] = (float)row[i];
-  token_scratch_free(&ts);
-}
-
-static void prefill_scores_token(const void *ctx, int t) {
-  const scores_job *j = ctx;
-  int64_t begin;
-  const int len = dsa_ref_prefill_range(j->prefill, t, &begin);
-  token_scratch ts;
-  token_scratch_new(&j->prefill->query, j->out ? -1 : len, &ts);
-  double *row = j->out ? j->out + (int64_t)t * j->stride : ts.row;
-  prefill_token_scores(j->prefill, t, begin, len, &ts.pq, ts.kbuf, row);
+  if (j->decode) decode_token_scores(j->decode, t, len, &ts.pq, ts.kbuf, row);
+  else prefill_token_scores(j->prefill, t, begin, len, &ts.pq, ts.kbuf, row);
   if (!j->out)
     for (int i = 0; i < len; i++) j->scores[(int64_t)t * j->scores_stride + i] = (float)row[i];
   token_scratch_free(&ts);
@@ -362,23 +351,23 @@ static void prefill_scores_token(const void *ctx, int t) {
 void dsa_ref_indexer_decode_scores_f64(const dsa_indexer_decode_args *args, double *out,
                                        int64_t stride) {
   const scores_job j = {.decode = args, .out = out, .stride = stride};
-  ref_for_tokens(decode_num_tokens(args), decode_scores_token, &j);
+  ref_for_tokens(decode_num_tokens(args), scores_token, &j);
 }
 
 void dsa_ref_indexer_prefill_scores_f64(const dsa_indexer_prefill_args *args, double *out,
                                         int64_t stride) {
   const scores_job j = {.prefill = args, .out = out, .stride = stride};
-  ref_for_tokens(args->num_tokens, prefill_scores_token, &j);
+  ref_for_tokens(args->num_tokens, scores_token, &j);
 }
 
 void dsa_ref_indexer_decode_scores(const dsa_indexer_decode_scores_args *args) {
   const scores_job j = {.decode = &args->decode, .scores = args->scores, .scores_stride = args->scores_stride};
-  ref_for_tokens(decode_num_tokens(&args->decode), decode_scores_token, &j);
+  ref_for_tokens(decode_num_tokens(&args->decode), scores_token, &j);
 }
 
 void dsa_ref_indexer_prefill_scores(const dsa_indexer_prefill_scores_args *args) {
   const scores_job j = {.prefill = &args->prefill, .scores = args->scores, .scores_stride = args->scores_stride};
-  ref_for_tokens(args->prefill.num_tokens, prefill_scores_token, &j);
+  ref_for_tokens(args->prefill.num_tokens, scores_token, &j);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
