@@ -155,12 +155,13 @@ __device__ __forceinline__ void hm_e4m3x16_to_f16(uint4 v, uint32_t mult, uint32
  * bank groups in each store). */
 __device__ __forceinline__ void hm_store_fp8(uint32_t addr, uint32_t off_first, uint32_t off_second, bool odd_first,
                                              uint4 v, uint32_t mult) {
+  /* the 8 values stored first: the odd chunk's (v.zw) where odd_first, else the even's (v.xy); swapped
+   * before the conversion (4 selects) rather than after it (8) */
+  const uint4 u = odd_first ? make_uint4(v.z, v.w, v.x, v.y) : v;
   uint32_t o[8];
-  hm_e4m3x16_to_f16(v, mult, o);
-  ptx_st_shared_v4(addr + off_first, odd_first ? o[4] : o[0], odd_first ? o[5] : o[1], odd_first ? o[6] : o[2],
-                   odd_first ? o[7] : o[3]);
-  ptx_st_shared_v4(addr + off_second, odd_first ? o[0] : o[4], odd_first ? o[1] : o[5], odd_first ? o[2] : o[6],
-                   odd_first ? o[3] : o[7]);
+  hm_e4m3x16_to_f16(u, mult, o);
+  ptx_st_shared_v4(addr + off_first, o[0], o[1], o[2], o[3]);
+  ptx_st_shared_v4(addr + off_second, o[4], o[5], o[6], o[7]);
 }
 
 /* What both consumer warpgroups share. */
