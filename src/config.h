@@ -69,10 +69,6 @@
 
 /* ---- sparse MLA attention (attention/) ---- */
 #define MLA_BLOCK_N 64          /* index entries per chunk (and per split block) */
-/* Clusters of 4 or 8 big CTAs do not all fit at once: a wave of them holds about half the SMs
- * (measured: 128 CTAs in clusters of 8 or 4 took two waves' time, 64 one) */
-#define MLA_CLUSTER_WAVE_NUM 1
-#define MLA_CLUSTER_WAVE_DEN 2
 /* The split plan shapes work for at most this many SMs (every sm_90 part has <= 132); the
  * workspace size query assumes it, so a workspace sized once fits every sm_90 device. */
 #define DSA_PLAN_MAX_SMS 132

@@ -449,6 +449,37 @@ static void test_mla_kernel_choice(void) {
     check(st == DSA_OK && g_dsa_stub.mla_splits == v3s[i].splits && g_dsa_stub.mla_need == 0, name,
           "splits %lld, workspace %lld", g_dsa_stub.mla_splits, (long long)g_dsa_stub.mla_need);
   }
+  /* Clusters resident at once (dsa_device_info.cluster_ctas, the probe's answer): an H100 SXM keeps 132
+   * CTAs in clusters of 2 and 120 in clusters of 4 or 8; the splits measured best there (FP8 KV,
+   * 2026-12-05: rows_as_m 48 x 16 heads ran 79.9 us in clusters of 8, 55.5 in clusters of 2;
+   * heads_as_m 24 x 64 heads 58.1 in clusters of 2, 41.2 in clusters of 4, and 32 x 64 heads 67.9 in
+   * clusters of 2, 85.6 in three waves of clusters of 8). Where clusters of 4 keep only half the SMs
+   * (the stub's default), 24 x 64 heads stays at 2. */
+  static const struct {
+    int kernel, tokens, heads, c4, c8, splits;
+  } vcs[] = {{DSA_ATTN_ROWS_AS_M, 48, 16, 120, 120, 2},  {DSA_ATTN_ROWS_AS_M, 40, 16, 120, 120, 2},
+             {DSA_ATTN_ROWS_AS_M, 72, 16, 120, 120, 4},  {DSA_ATTN_ROWS_AS_M, 96, 16, 120, 120, 1},
+             {DSA_ATTN_ROWS_AS_M, 1, 16, 120, 120, 8},   {DSA_ATTN_HEADS_AS_M, 12, 64, 120, 120, 8},
+             {DSA_ATTN_HEADS_AS_M, 24, 64, 120, 120, 4}, {DSA_ATTN_HEADS_AS_M, 32, 64, 120, 120, 2},
+             {DSA_ATTN_HEADS_AS_M, 6, 128, 120, 120, 8}, {DSA_ATTN_HEADS_AS_M, 10, 128, 120, 120, 4},
+             {DSA_ATTN_HEADS_AS_M, 16, 128, 120, 120, 2}, {DSA_ATTN_HEADS_AS_M, 24, 64, 66, 66, 2}};
+  for (size_t i = 0; i < sizeof vcs / sizeof vcs[0]; i++) {
+    const int rows = vcs[i].kernel == DSA_ATTN_ROWS_AS_M;
+    dsa_choose_override(rows ? "attention:rows_as_m" : "attention:heads_as_m");
+    g_dsa_stub.cluster_ctas[0] = 132;
+    g_dsa_stub.cluster_ctas[1] = vcs[i].c4;
+    g_dsa_stub.cluster_ctas[2] = vcs[i].c8;
+    const dsa_sparse_mla_args b = mla_args(vcs[i].tokens, vcs[i].heads, DSA_KV_FP8_PACKED);
+    size_t bound;
+    const dsa_status st = mla_call(&b, 132, &bound);
+    char name[200];
+    snprintf(name, sizeof name, "%s splits for %d tokens x %d heads, clusters of 4 / 8 keeping %d / %d CTAs: %d",
+             rows ? "rows_as_m" : "heads_as_m", vcs[i].tokens, vcs[i].heads, vcs[i].c4, vcs[i].c8, vcs[i].splits);
+    check(st == DSA_OK && g_dsa_stub.mla_kernel == vcs[i].kernel && g_dsa_stub.mla_splits == vcs[i].splits &&
+              g_dsa_stub.mla_need == 0,
+          name, "kernel %lld, splits %lld", g_dsa_stub.mla_kernel, g_dsa_stub.mla_splits);
+  }
+  memset(g_dsa_stub.cluster_ctas, 0, sizeof g_dsa_stub.cluster_ctas);
   dsa_choose_override(NULL);
   g_dsa_stub.num_sms = 132;
 }

@@ -67,8 +67,8 @@ dsa_status dsa_sparse_mla(const dsa_sparse_mla_args *a, void *ws, size_t ws_byte
   /* Checked against the size the query reports (every device's plan fits it). */
   CHECK(check_workspace(fn, ws, ws_bytes, dsa_plan_attention_workspace_bound(a)));
   CHECK(dsa_choose_ready(fn));
-  int sms = 0;
-  CHECK(dsa_need_device(fn, &sms));
-  const dsa_attention_plan plan = dsa_plan_attention(a, sms, dsa_choose_attention(a, sms));
+  dsa_device_info dev;
+  CHECK(dsa_need_device_info(fn, &dev));
+  const dsa_attention_plan plan = dsa_plan_attention(a, &dev, dsa_choose_attention(a, &dev));
   return dsa_cuda_status(fn, dsa_attention_launch(a, &plan, ws, stream));
 }

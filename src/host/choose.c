@@ -254,7 +254,8 @@ void dsa_choose_topk(dsa_topk_params *p) {
  * first, every slot into the workspace as f16 tile rows) is slower at every shape measured (bf16 KV,
  * H200 2026-12-05: 128 x 128 decode 220.3 against 156.5 us, prefill 4096 x 128 5.94 against 4.84 ms;
  * its consumers wait for tiles, docs/PERF.md): it runs only where DSA_KERNEL=attention:seesaw forces
- * it. Its choice must not depend on num_sms (the workspace bound asks with DSA_PLAN_MAX_SMS). */
+ * it. Its choice must not depend on the device (the workspace bound asks for a device of
+ * DSA_PLAN_MAX_SMS SMs). */
 #define HEADS_AS_M_MIN_HEADS 33
 #define HEADS_AS_M_MIN_UNITS 8
 /* At 17 to 32 heads heads_as_m, its 64-row tile half padding, still beats the others once there are
@@ -280,10 +281,10 @@ void dsa_choose_topk(dsa_topk_params *p) {
 #define BATCH_TOKENS 40                /* where the wgmma kernels pass mma_split: FP8 KV at 17 to 32
                                           heads, both formats at <= 16 */
 
-int dsa_choose_attention(const dsa_sparse_mla_args *a, int num_sms) {
+int dsa_choose_attention(const dsa_sparse_mla_args *a, const dsa_device_info *dev) {
+  (void)dev;
   const int forced = override_get()->attention;
   if (forced) return forced;
-  if (num_sms < 1) num_sms = 1;
   /* heads_as_m: decode 128 x 128 heads FP8 221.6 us (mma_split 514), 256 x 64 233.6; prefill
    * 4096 x 128 heads 6.34 ms (mma_split 15.5) */
   const int64_t units = (int64_t)a->num_tokens * ((a->num_heads + 63) / 64);

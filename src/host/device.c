@@ -1,7 +1,9 @@
 /*
- * device.c — the CUDA runtime facts the host layer needs: the current device's SM count and
- * compute capability (cached per device: cudaGetDevice is cheap, attribute queries less so), and
- * how to name a CUDA error. The only file of the host layer that calls the CUDA runtime.
+ * device.c — the CUDA runtime facts the host layer needs: the current device's SM count, compute
+ * capability and how many CTAs clusters of 2, 4 and 8 keep resident (cached per device: cudaGetDevice
+ * is cheap, attribute and occupancy queries less so), and how to name a CUDA error. The only file
+ * of the host layer that calls the CUDA runtime (the cluster count asks through a probe kernel,
+ * common/cluster_probe.cu).
  */
 #include <cuda_runtime_api.h>
 #include <stdatomic.h>
@@ -13,6 +15,29 @@
 /* Per device: 0 = not asked yet, else (cc_major << 24 | cc_minor << 16 | num_sms) + 1. Atomics,
  * since calls may come from several host threads; a race only repeats the same query. */
 static _Atomic int g_facts[DSA_MAX_DEVICES];
+/* Per device: 0 = not asked yet, else CTAs resident in clusters of 2 | of 4 << 16 | of 8 << 32 | 1 << 48. */
+static _Atomic unsigned long long g_cluster_ctas[DSA_MAX_DEVICES];
+
+/* CTAs clusters of 2, 4 and 8 keep resident on a device of `sms` SMs, packed as g_cluster_ctas: asked
+ * of the occupancy calculator through the probe (sm_90 only: the probe's one image); where it cannot
+ * answer, a wave of clusters of 4 or 8 is taken as half the SMs (the bound measured before the query:
+ * 128 CTAs in clusters of 4 or 8 took two waves' time, 64 one). *keep = 0 when an error was pending
+ * in the runtime (not asked: asked again at the next query). */
+static unsigned long long cluster_ctas(int sms, int sm90, int *keep) {
+  unsigned long long packed = 1ull << 48;
+  *keep = 1;
+  for (int i = 0; i < 3; ++i) {
+    const int s = 2 << i;
+    int clusters = 0;
+    const int err = sm90 ? dsa_cluster_probe(s, &clusters) : 1;
+    if (err == DSA_PROBE_ERROR_PENDING) *keep = 0;
+    long long ctas = err == 0 && clusters > 0 ? (long long)clusters * s : s == 2 ? sms : sms / 2;
+    if (ctas > sms) ctas = sms;
+    if (ctas < s) ctas = s;
+    packed |= (unsigned long long)(ctas & 0xffff) << (16 * i);
+  }
+  return packed;
+}
 
 int dsa_device_query(dsa_device_info *info) {
   int dev = 0;
@@ -34,6 +59,15 @@ int dsa_device_query(dsa_device_info *info) {
   info->cc_major = (packed >> 24) & 0xff;
   info->cc_minor = (packed >> 16) & 0xff;
   info->num_sms = packed & 0xffff;
+  info->cluster_ctas[0] = info->num_sms;
+  const int slot = dev >= 0 && dev < DSA_MAX_DEVICES;
+  unsigned long long c = slot ? atomic_load_explicit(&g_cluster_ctas[dev], memory_order_relaxed) : 0;
+  if (c == 0) {
+    int keep = 0;
+    c = cluster_ctas(info->num_sms, info->cc_major == 9 && info->cc_minor == 0, &keep);
+    if (keep && slot) atomic_store_explicit(&g_cluster_ctas[dev], c, memory_order_relaxed);
+  }
+  for (int i = 0; i < 3; ++i) info->cluster_ctas[i + 1] = (int)((c >> (16 * i)) & 0xffff);
   return 0;
 }
 

@@ -177,7 +177,7 @@ static int64_t mla_units(const dsa_sparse_mla_args *a, int groups) {
 /* Waves of units x s CTAs, `wave` CTAs at a time. */
 static int64_t mla_waves(int64_t units, int s, int64_t wave) { return (units * s + wave - 1) / wave; }
 
-/* The cost mma_split and rows_as_m pick their splits by: waves x (chunks a split + 1), + 1 for the merge. */
+/* The cost mma_split picks its splits by: waves x (chunks a split + 1), + 1 for the combine. */
 static int64_t mla_split_cost(int64_t units, int s, int bps, int64_t wave) {
   return mla_waves(units, s, wave) * (bps + 1) + (s > 1 ? 1 : 0);
 }
@@ -195,15 +195,26 @@ static dsa_attention_plan mla_plan_unsplit(const dsa_sparse_mla_args *a, int ker
   return pl;
 }
 
+/* CTAs a wave of clusters of s holds on the device (dsa_device_info.cluster_ctas: a cluster's CTAs share
+ * a GPC, so clusters of 4 and 8 leave SMs idle); a caller's info without them: the SMs. */
+static int64_t mla_cluster_wave(const dsa_device_info *dev, int s) {
+  const int i = s <= 1 ? 0 : s == 2 ? 1 : s == 4 ? 2 : 3;
+  const int64_t sms = dev->num_sms > 0 ? dev->num_sms : 1;
+  const int64_t w = dev->cluster_ctas[i];
+  return w >= s && w <= sms ? w : sms;
+}
+
 /* rows_as_m and heads_as_m split a (token, head group)'s chunks over a cluster of s = 1, 2, 4 or 8 CTAs (no
- * workspace): the cheapest s by `cost` while each is a real split. */
-typedef int64_t (*mla_cluster_cost)(int64_t units, int s, int bps, int num_sms);
-static void mla_pick_cluster_split(dsa_attention_plan *pl, int64_t units, int num_sms, mla_cluster_cost cost_of) {
+ * workspace): the cheapest s by `cost` (wave: CTAs of clusters of s resident at once) while each is a real
+ * split. */
+typedef int64_t (*mla_cluster_cost)(int64_t units, int s, int bps, int64_t wave);
+static void mla_pick_cluster_split(dsa_attention_plan *pl, int64_t units, const dsa_device_info *dev,
+                                   mla_cluster_cost cost_of) {
   int64_t best_cost = INT64_MAX;
   for (int s = 1; s <= 8; s *= 2) {
     const int bps = (pl->num_blocks + s - 1) / s;
     if (s > 1 && (pl->num_blocks + bps - 1) / bps != s) break; /* fewer real splits than s */
-    const int64_t cost = cost_of(units, s, bps, num_sms);
+    const int64_t cost = cost_of(units, s, bps, mla_cluster_wave(dev, s));
     if (cost < best_cost) {
       best_cost = cost;
       pl->splits = s;
@@ -212,32 +223,37 @@ static void mla_pick_cluster_split(dsa_attention_plan *pl, int64_t units, int nu
   }
 }
 
-/* rows_as_m: waves x (chunks per split + 1) (+1 for the merge), as mma_split. */
-static int64_t mla_cost_rows_as_m(int64_t units, int s, int bps, int num_sms) {
-  return mla_split_cost(units, s, bps, num_sms);
+/* What a wave of rows_as_m or heads_as_m CTAs costs besides its chunks, in chunk times: the CTAs' setup
+ * (Q staged, the ring's first fill), the cluster's merge and the epilogue. Fitted on an H100 (2026-12-05,
+ * FP8 KV, decode over 8k, topk 2048, the split chosen by the token count; waves of 120 CTAs in clusters of
+ * 4 or 8, 132 of 2): heads_as_m, 64 heads, one wave of 4 / 8 / 16 chunks a CTA 29.2 / 40.5 / 67.9 us,
+ * three waves of 4 85.6: about 2.9 us a chunk and 18 a wave, 6 chunks; rows_as_m, 16 heads, one wave of
+ * 16 chunks 56, three and five waves of 4 62.5 and 102.8: about 2.9 us a chunk and 9 a wave, 3 chunks. */
+#define MLA_WAVE_CHUNKS_ROWS_AS_M 3
+#define MLA_WAVE_CHUNKS_HEADS_AS_M 6
+
+/* rows_as_m: waves x (chunks per split + a wave's own cost), + 1 for the merge. */
+static int64_t mla_cost_rows_as_m(int64_t units, int s, int bps, int64_t wave) {
+  return mla_waves(units, s, wave) * (bps + MLA_WAVE_CHUNKS_ROWS_AS_M) + (s > 1 ? 1 : 0);
 }
 
-/* heads_as_m: waves x (chunks per split + 1 for the merge, about a chunk's time); clusters of 4 and 8 fill
- * a wave less well (MLA_CLUSTER_WAVE_NUM / DEN of the SMs). */
-static int64_t mla_cost_heads_as_m(int64_t units, int s, int bps, int num_sms) {
-  const int64_t wave = s <= 2 ? num_sms : (int64_t)num_sms * MLA_CLUSTER_WAVE_NUM / MLA_CLUSTER_WAVE_DEN;
-  return mla_waves(units, s, wave > 0 ? wave : 1) * (bps + (s > 1 ? 1 : 0));
+/* heads_as_m: waves x (chunks per split + a wave's own cost, its merge included). */
+static int64_t mla_cost_heads_as_m(int64_t units, int s, int bps, int64_t wave) {
+  return mla_waves(units, s, wave) * (bps + MLA_WAVE_CHUNKS_HEADS_AS_M);
 }
 
 /* rows_as_m: HN = 16 or 32 heads per CTA; splits form a cluster of 1, 2, 4 or 8 CTAs. */
-static dsa_attention_plan mla_plan_rows_as_m(const dsa_sparse_mla_args *a, int num_sms) {
+static dsa_attention_plan mla_plan_rows_as_m(const dsa_sparse_mla_args *a, const dsa_device_info *dev) {
   dsa_attention_plan pl = mla_plan_unsplit(a, DSA_ATTN_ROWS_AS_M, a->num_heads <= 16 ? 1 : 2);
-  if (num_sms < 1) num_sms = 1;
-  mla_pick_cluster_split(&pl, mla_units(a, pl.groups), num_sms, mla_cost_rows_as_m);
+  mla_pick_cluster_split(&pl, mla_units(a, pl.groups), dev, mla_cost_rows_as_m);
   return pl;
 }
 
 /* heads_as_m: CTAs of (token, 64 heads); below a wave the chunks of a (token, group) are split over a cluster
  * of 2, 4 or 8 CTAs merged through distributed shared memory. */
-static dsa_attention_plan mla_plan_heads_as_m(const dsa_sparse_mla_args *a, int num_sms) {
+static dsa_attention_plan mla_plan_heads_as_m(const dsa_sparse_mla_args *a, const dsa_device_info *dev) {
   dsa_attention_plan pl = mla_plan_unsplit(a, DSA_ATTN_HEADS_AS_M, 4);
-  if (num_sms < 1) num_sms = 1;
-  mla_pick_cluster_split(&pl, mla_units(a, pl.groups), num_sms, mla_cost_heads_as_m);
+  mla_pick_cluster_split(&pl, mla_units(a, pl.groups), dev, mla_cost_heads_as_m);
   return pl;
 }
 
@@ -278,15 +294,16 @@ static int mla_mma_split_max_mt(const dsa_sparse_mla_args *a) {
  * (dev/attention_mma_split_trace.cu, docs/PERF.md): a CTA of 64 heads takes about twice a CTA of 16. */
 static int64_t mla_mma_split_chunk_weight(int mt) { return mt == 1 ? 2 : mt == 2 ? 3 : 4; }
 
-dsa_attention_plan dsa_plan_attention(const dsa_sparse_mla_args *a, int num_sms, int kernel) {
-  if (kernel == DSA_ATTN_ROWS_AS_M) return mla_plan_rows_as_m(a, num_sms);
-  if (kernel == DSA_ATTN_HEADS_AS_M) return mla_plan_heads_as_m(a, num_sms);
+dsa_attention_plan dsa_plan_attention(const dsa_sparse_mla_args *a, const dsa_device_info *dev, int kernel) {
+  if (kernel == DSA_ATTN_ROWS_AS_M) return mla_plan_rows_as_m(a, dev);
+  if (kernel == DSA_ATTN_HEADS_AS_M) return mla_plan_heads_as_m(a, dev);
   if (kernel == DSA_ATTN_SEESAW) { /* heads_as_m's CTAs and splits, its seesaw consumers */
-    dsa_attention_plan pl = mla_plan_heads_as_m(a, num_sms);
+    dsa_attention_plan pl = mla_plan_heads_as_m(a, dev);
     pl.kernel = DSA_ATTN_SEESAW;
     pl.convert_rows = a->kv_format == DSA_KV_FP8_PACKED; /* its producer copies rows: FP8 ones converted first */
     return pl;
   }
+  int num_sms = dev->num_sms;
   if (num_sms < 1) num_sms = 1;
   if (num_sms > DSA_PLAN_MAX_SMS) num_sms = DSA_PLAN_MAX_SMS;
   const int max_mt = mla_mma_split_max_mt(a);
@@ -334,8 +351,11 @@ size_t dsa_plan_attention_workspace(const dsa_sparse_mla_args *a, const dsa_atte
 size_t dsa_plan_attention_workspace_bound(const dsa_sparse_mla_args *a) {
   if (a->num_tokens <= 0) return 0;
   /* the seesaw over packed FP8 KV converts the cache's rows (its choice does not depend on the SMs) */
-  if (a->kv_format == DSA_KV_FP8_PACKED && dsa_choose_attention(a, DSA_PLAN_MAX_SMS) == DSA_ATTN_SEESAW)
-    return mla_converted_bytes(a);
+  if (a->kv_format == DSA_KV_FP8_PACKED) {
+    const int w = DSA_PLAN_MAX_SMS;
+    const dsa_device_info widest = {0, w, 9, 0, {w, w, w, w}};
+    if (dsa_choose_attention(a, &widest) == DSA_ATTN_SEESAW) return mla_converted_bytes(a);
+  }
   const dsa_attention_plan pl = mla_plan_mma_split(a, DSA_PLAN_MAX_SMS, mla_mma_split_max_mt(a)); /* the others need none */
   const int64_t units = (int64_t)a->num_tokens * pl.groups;
   if (units >= DSA_PLAN_MAX_SMS) return 0;

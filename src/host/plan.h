@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "dsa.h"
+#include "host/status.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -76,8 +77,9 @@ typedef struct {
   int convert_rows;     /* seesaw with packed FP8 KV: every cache slot converted once into the workspace
                            as the f16 tile rows heads_as_m's FP8 producer makes (mla_converted_bytes) */
 } dsa_attention_plan;
-/* The plan of `kernel` (dsa_attention_kernel) for a call on a device of num_sms SMs. */
-dsa_attention_plan dsa_plan_attention(const dsa_sparse_mla_args *a, int num_sms, int kernel);
+/* The plan of `kernel` (dsa_attention_kernel) for a call on the device `dev` describes (its SMs, and for
+ * rows_as_m and heads_as_m the CTAs its clusters keep resident). */
+dsa_attention_plan dsa_plan_attention(const dsa_sparse_mla_args *a, const dsa_device_info *dev, int kernel);
 /* The converted rows of a seesaw plan over packed FP8 KV: num_slots rows of 576 16-bit values, then
  * num_slots float factors 2^K (the 256-byte aligned start of the factors: DSA_CONVERTED_COLF_OFF). */
 #define DSA_CONVERTED_ROW_BYTES (DSA_MLA_QK_DIM * 2)

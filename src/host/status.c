@@ -49,14 +49,20 @@ dsa_status dsa_cuda_status(const char *fn, int err) {
   return dsa_fail(DSA_ERR_CUDA, "%s: CUDA error %d (%s)", fn, err, dsa_cuda_error_string(err));
 }
 
+dsa_status dsa_need_device_info(const char *fn, dsa_device_info *d) {
+  memset(d, 0, sizeof *d);
+  const dsa_status st = dsa_cuda_status(fn, dsa_device_query(d));
+  if (st != DSA_OK) return st;
+  if (d->cc_major != 9 || d->cc_minor != 0)
+    return dsa_fail(DSA_ERR_NO_DEVICE, "%s: device %d is sm_%d%d; this build's kernels need sm_90a (H100/H200)", fn,
+                    d->ordinal, d->cc_major, d->cc_minor);
+  return DSA_OK;
+}
+
 dsa_status dsa_need_device(const char *fn, int *sms) {
   dsa_device_info d;
-  memset(&d, 0, sizeof d);
-  const dsa_status st = dsa_cuda_status(fn, dsa_device_query(&d));
+  const dsa_status st = dsa_need_device_info(fn, &d);
   if (st != DSA_OK) return st;
-  if (d.cc_major != 9 || d.cc_minor != 0)
-    return dsa_fail(DSA_ERR_NO_DEVICE, "%s: device %d is sm_%d%d; this build's kernels need sm_90a (H100/H200)", fn,
-                    d.ordinal, d.cc_major, d.cc_minor);
   *sms = d.num_sms;
   return DSA_OK;
 }
