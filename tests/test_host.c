@@ -343,41 +343,51 @@ static void test_sm_count(void) {
 }
 
 /* Which attention kernel a call runs: the per-shape choice (heads_as_m for > 32 heads once tokens x
- * ceil(heads / 64) >= 8, and at 17 to 32 heads from 16 tokens (bf16 KV) or 40 (packed FP8); at
- * <= 16 heads from 40 tokens rows_as_m for packed FP8, heads_as_m for bf16; else mma_split),
- * DSA_KERNEL overriding it; rows_as_m and heads_as_m plans take no workspace (rows_as_m even when
- * it splits). Kernels by their dsa_attention_kernel:
- * 1 mma_split, 2 rows_as_m, 3 heads_as_m. */
+ * ceil(heads / 64) >= 8, at 17 to 32 heads from 16 tokens (bf16 KV) or 20 (packed FP8), at <= 16 heads
+ * on bf16 from 20; rows_as_m for packed FP8 at <= 16 heads from 34 tokens, and from 24 while 4 splits
+ * a token fit one wave of clusters of 4; else mma_split), DSA_KERNEL overriding it; rows_as_m and
+ * heads_as_m plans take no workspace (rows_as_m even when it splits). The device is an H100 SXM's:
+ * 132 SMs, clusters of 4 and 8 keeping 120 CTAs (c4 overrides the 4s). Kernels by their
+ * dsa_attention_kernel: 1 mma_split, 2 rows_as_m, 3 heads_as_m. */
 static void test_mla_kernel_choice(void) {
   static const struct {
-    int tokens, heads, fp8, sms, want;
+    int tokens, heads, fp8, sms, want, c4;
   } cases[] = {
       {64, 16, 1, 132, 2},  {32, 64, 1, 132, 3},  {7, 64, 1, 132, 1},   {8, 64, 1, 132, 3},
-      {64, 64, 1, 132, 3},  {64, 64, 0, 132, 3},  {1, 16, 1, 132, 1},   {31, 16, 1, 132, 1},
+      {64, 64, 1, 132, 3},  {64, 64, 0, 132, 3},  {1, 16, 1, 132, 1},   {23, 16, 1, 132, 1},
       {32, 16, 1, 132, 1},  {3, 128, 1, 132, 1},  {4, 128, 1, 132, 3},  {30, 128, 1, 132, 3},
       {256, 64, 1, 132, 3}, {4096, 128, 0, 132, 3}, {264, 32, 1, 132, 3}, {265, 32, 1, 132, 3},
       {1000, 32, 0, 132, 3}, {64, 16, 0, 132, 3}, {64, 16, 1, 16, 2},  {8, 64, 1, 16, 3},
       {1, 128, 0, 132, 1},  {7, 64, 0, 132, 1},  {4096, 16, 1, 132, 2}, {4096, 8, 1, 132, 2},
-      {4096, 16, 0, 132, 3}, {39, 16, 0, 132, 1}, {40, 16, 0, 132, 3}, {39, 8, 0, 132, 1},
+      {4096, 16, 0, 132, 3}, {19, 16, 0, 132, 1}, {20, 16, 0, 132, 3}, {19, 8, 0, 132, 1},
       {4096, 8, 0, 132, 3}, {15, 32, 0, 132, 1}, {16, 32, 0, 132, 3}, {16, 17, 0, 132, 3},
-      {16, 16, 0, 132, 1},  {1, 32, 0, 132, 1},  {39, 16, 1, 132, 1}, {40, 16, 1, 132, 2},
-      {39, 32, 1, 132, 1},  {40, 32, 1, 132, 3}, {40, 17, 1, 132, 3}, {512, 32, 1, 132, 3},
-      {16, 32, 1, 132, 1},  {40, 1, 1, 132, 2},
+      {16, 16, 0, 132, 1},  {1, 32, 0, 132, 1},  {24, 16, 1, 132, 2}, {30, 16, 1, 132, 2},
+      {33, 16, 1, 132, 1},  {34, 16, 1, 132, 2}, {39, 16, 1, 132, 2}, {30, 8, 1, 132, 2},
+      {32, 8, 1, 132, 1},   {19, 32, 1, 132, 1}, {20, 32, 1, 132, 3}, {20, 17, 1, 132, 3},
+      {512, 32, 1, 132, 3}, {16, 32, 1, 132, 1}, {40, 1, 1, 132, 2},  {24, 1, 1, 132, 2},
+      {32, 16, 1, 132, 2, 128}, {24, 16, 1, 132, 1, 66}, {34, 16, 1, 132, 2, 66},
   };
   dsa_choose_override(NULL);
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     const dsa_sparse_mla_args a =
         mla_args(cases[i].tokens, cases[i].heads, cases[i].fp8 ? DSA_KV_FP8_PACKED : DSA_KV_BF16);
+    const int c4 = cases[i].c4 ? cases[i].c4 : 120;
+    g_dsa_stub.cluster_ctas[0] = cases[i].sms;
+    g_dsa_stub.cluster_ctas[1] = c4 < cases[i].sms ? c4 : cases[i].sms;
+    g_dsa_stub.cluster_ctas[2] = 120 < cases[i].sms ? 120 : cases[i].sms;
     size_t bound;
     const dsa_status st = mla_call(&a, cases[i].sms, &bound);
-    char name[160];
+    char name[200];
     static const char *const kname[4] = {"?", "mma_split", "rows_as_m", "heads_as_m"};
-    snprintf(name, sizeof name, "attention kernel for %d tokens x %d heads, %s KV, %d SMs: %s", cases[i].tokens,
-             cases[i].heads, cases[i].fp8 ? "FP8" : "bf16", cases[i].sms, kname[cases[i].want]);
+    snprintf(name, sizeof name,
+             "attention kernel for %d tokens x %d heads, %s KV, %d SMs, clusters of 4 keeping %d CTAs: %s",
+             cases[i].tokens, cases[i].heads, cases[i].fp8 ? "FP8" : "bf16", cases[i].sms, g_dsa_stub.cluster_ctas[1],
+             kname[cases[i].want]);
     const int got = g_dsa_stub.mla_kernel;
     check(st == DSA_OK && g_dsa_stub.violations == 0 && got == cases[i].want, name, "status %lld, got kernel %lld",
           st, got);
   }
+  memset(g_dsa_stub.cluster_ctas, 0, sizeof g_dsa_stub.cluster_ctas);
   /* overrides, and no workspace for a split rows_as_m or heads_as_m plan (1 token x 16 heads:
    * clusters of 8) */
   const dsa_sparse_mla_args a = mla_args(1, 16, DSA_KV_FP8_PACKED);

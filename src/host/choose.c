@@ -258,31 +258,32 @@ void dsa_choose_topk(dsa_topk_params *p) {
  * DSA_PLAN_MAX_SMS SMs). */
 #define HEADS_AS_M_MIN_HEADS 33
 #define HEADS_AS_M_MIN_UNITS 8
-/* At 17 to 32 heads heads_as_m, its 64-row tile half padding, still beats the others once there are
- * enough tokens: from 16 on bf16 KV, 40 on packed FP8 (where rows_as_m's 32-head CTAs lose to it).
- * At <= 16 heads from 40 tokens: rows_as_m on packed FP8, heads_as_m on bf16 (rows_as_m has no
- * bf16 gain there: the GLM chunk 4,481 us against 2,096). Why mma_split falls behind at batch is not
- * profiled. H100 2026-12-05, decode over 8k, us, every row --check ok:
- *   bf16, mma_split / heads_as_m:
- *     8 heads   tokens 32 / 40 / 64:      45.4 / 46.3   55.8 / 49.0   80.7 / 64.8
- *     16 heads  tokens 32 / 40 / 64:      47.3 / 48.0   57.9 / 49.9   83.1 / 66.1
- *     32 heads  tokens 8 / 16 / 64:       19.3 / 20.6   33.3 / 28.9   99.6 / 69.3
- *     the GLM chunk (4096 tokens at 128k), 8 / 16 heads: 2,937 / 2,053 and 3,001 / 2,119
- *   FP8, mma_split / rows_as_m / heads_as_m (mma_split not run at 512):
- *     8 heads   tokens 32 / 64 / 512:     46.3 / 60.2 / 57.6   84.9 / 57.9 / 63.8   - / 394.0 / 390.3
- *     16 heads  tokens 32 / 64 / 512:     49.3 / 61.4 / 59.6   89.0 / 59.1 / 67.0   - / 406.5 / 404.3
- *     32 heads  tokens 32 / 64 / 512:     60.8 / 87.0 / 62.3   109.4 / 83.7 / 70.6  - / 624.4 / 411.1
- * H200, bf16, mma_split / heads_as_m: 16 heads 64 / 512 / 4096 tokens 71.7 / 50.9, 471.7 / 314.9,
- * 3,583 / 2,498; 32 heads 89.2 / 54.1, 553.8 / 322.6, 4,215 / 2,523. The FP8 rows_as_m rule (from 32
- * tokens at <= 32 heads until 2026-12-05) came from the H200 at 64 x 16 heads (55.1 against
- * mma_split's 95 us); the FP8 crossovers above are the H100's, not yet rerun on the H200. */
+/* At <= 32 heads the wgmma kernels pass mma_split from about 20 tokens, once their splits are planned
+ * on the clusters the device keeps resident (dsa_device_info.cluster_ctas; before that, 2026-12-05,
+ * these thresholds were 40 tokens): heads_as_m on bf16 KV and at 17 to 32 heads (its 64-row tile at
+ * least a quarter full), rows_as_m on packed FP8 at <= 16 heads (rows_as_m has no bf16 gain: the GLM
+ * chunk 4,481 us against heads_as_m's 2,096). H100 2026-12-05, decode over 8k, topk 2048, us, every row
+ * --check ok (docs/bench/attn-crossover-h100-2026-12-05/):
+ *   bf16 16 heads, mma_split / heads_as_m, tokens 16 / 20 / 24 / 32 / 40:
+ *     23.7 / 27.1   33.7 / 30.0   39.2 / 32.7   47.2 / 47.7   58.2 / 50.3
+ *   bf16 32 heads, tokens 8 / 16 / 24: 19.3 / 20.6   33.1 / 29.0   - / 34.9
+ *   FP8 32 heads, mma_split / heads_as_m, tokens 16 / 20 / 24 / 32 / 40:
+ *     34.4 / 37.1   45.8 / 37.6   51.7 / 37.9   61.3 / 62.1   78.2 / 63.7
+ *   FP8 16 heads, mma_split / rows_as_m, tokens 24 / 30 / 32 / 33 / 34 / 40:
+ *     40.4 / 32.9   48.7 / 34.3   49.5 / 53.7   50.0 / 53.9   61.8 / 53.9   63.6 / 54.4 (8 heads alike)
+ *   the GLM chunk (4096 tokens at 128k), bf16, 8 / 16 heads: 2,937 / 2,053 and 3,001 / 2,119
+ * rows_as_m at 16 heads splits each token 4 ways while that fits one wave of clusters of 4 (120 CTAs on
+ * an H100: 30 tokens), then 2 ways (16 chunks a CTA): from 32 to 33 tokens mma_split, whose plan
+ * narrows at 34, is ahead. H200 (2026-12-05, before the cluster plans), bf16, mma_split / heads_as_m:
+ * 16 heads 64 / 512 / 4096 tokens 71.7 / 50.9, 471.7 / 314.9, 3,583 / 2,498. The crossovers above are
+ * the H100's, not yet rerun on the H200. */
 #define WIDE_HEADS 17                  /* 17 to 32 heads: heads_as_m's tile at least a quarter full */
 #define BF16_WIDE_HEADS_AS_M_TOKENS 16 /* bf16 KV at 17 to 32 heads */
-#define BATCH_TOKENS 40                /* where the wgmma kernels pass mma_split: FP8 KV at 17 to 32
-                                          heads, both formats at <= 16 */
+#define HEADS_AS_M_TOKENS 20           /* FP8 KV at 17 to 32 heads, bf16 at <= 16 */
+#define ROWS_AS_M_TOKENS 24            /* FP8 KV at <= 16 heads, while 4 splits a token fit a wave ... */
+#define ROWS_AS_M_ANY_TOKENS 34        /* ... and from here whatever its split */
 
 int dsa_choose_attention(const dsa_sparse_mla_args *a, const dsa_device_info *dev) {
-  (void)dev;
   const int forced = override_get()->attention;
   if (forced) return forced;
   /* heads_as_m: decode 128 x 128 heads FP8 221.6 us (mma_split 514), 256 x 64 233.6; prefill
@@ -290,13 +291,14 @@ int dsa_choose_attention(const dsa_sparse_mla_args *a, const dsa_device_info *de
   const int64_t units = (int64_t)a->num_tokens * ((a->num_heads + 63) / 64);
   if (a->num_heads >= HEADS_AS_M_MIN_HEADS && units >= HEADS_AS_M_MIN_UNITS) return DSA_ATTN_HEADS_AS_M;
   const int bf16 = a->kv_format == DSA_KV_BF16;
-  if (a->num_heads >= WIDE_HEADS && a->num_heads < HEADS_AS_M_MIN_HEADS &&
-      a->num_tokens >= (bf16 ? BF16_WIDE_HEADS_AS_M_TOKENS : BATCH_TOKENS))
-    return DSA_ATTN_HEADS_AS_M;
-  /* rows_as_m: GLM's 4096-token chunk at 16 heads (128k), FP8, 3.06 ms against mma_split's 4.26
+  const int64_t t = a->num_tokens;
+  if (a->num_heads >= WIDE_HEADS) /* 17 to 32 heads */
+    return t >= (bf16 ? BF16_WIDE_HEADS_AS_M_TOKENS : HEADS_AS_M_TOKENS) ? DSA_ATTN_HEADS_AS_M : DSA_ATTN_MMA_SPLIT;
+  if (bf16) return t >= HEADS_AS_M_TOKENS ? DSA_ATTN_HEADS_AS_M : DSA_ATTN_MMA_SPLIT;
+  /* rows_as_m: also GLM's 4096-token chunk at 16 heads (128k), FP8, 3.06 ms against mma_split's 4.26
    * (heads_as_m 3.16, H200) */
-  if (a->num_heads < WIDE_HEADS && a->num_tokens >= BATCH_TOKENS)
-    return bf16 ? DSA_ATTN_HEADS_AS_M : DSA_ATTN_ROWS_AS_M;
+  if (t >= ROWS_AS_M_ANY_TOKENS || (t >= ROWS_AS_M_TOKENS && 4 * t <= dev->cluster_ctas[2]))
+    return DSA_ATTN_ROWS_AS_M;
   /* mma_split: one token and small batches (decode 1 token x 16 / 64 / 128 heads 11.4 / 13.6 /
    * 17.2 us, the index list split over CTAs and combined) */
   return DSA_ATTN_MMA_SPLIT;
