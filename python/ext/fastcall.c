@@ -92,8 +92,10 @@ int fc_scalar_from_python(PyObject *v, fc_scalar *s) {
   } else if (PyLong_Check(v)) { /* bool too */
     s->kind = FC_INT;
     if ((s->i = PyLong_AsLongLong(v)) == -1 && PyErr_Occurred()) return -1;
+  } else if (PyUnicode_Check(v)) {
+    s->kind = FC_OTHER;
   } else {
-    PyErr_SetString(PyExc_TypeError, "dsa._fastcall: a scalar with a C form is None, an int or a float");
+    PyErr_SetString(PyExc_TypeError, "dsa._fastcall: a scalar with a C form is None, an int, a float or a str");
     return -1;
   }
   return 0;

@@ -35,8 +35,11 @@ enum { FC_DT_BF16, FC_DT_F16, FC_DT_F32, FC_DT_I32, FC_DT_I64, FC_DT_U8, FC_DT_I
 extern const char *const fc_dtype_names[FC_DT_COUNT];
 extern const int fc_dtype_bytes[FC_DT_COUNT]; /* an element's bytes */
 
-/* A scalar of a call: None, an int (bools are ints), or a float; compared as Python compares them. */
-enum { FC_NONE, FC_INT, FC_FLOAT };
+/* A scalar of a call: None, an int (bools are ints), a float or a str; compared as Python compares them. */
+/* FC_OTHER: a scalar the plan keys by Python equality alone (a str: cp_candidates' layout); it has no C
+ * value, so it matches no torch.ops call's scalar (torch_op.c), while the dsa.* fast path keeps its
+ * C form (tensors read and outputs made in C). */
+enum { FC_NONE, FC_INT, FC_FLOAT, FC_OTHER };
 typedef struct {
   int kind;
   int64_t i;
@@ -73,7 +76,7 @@ typedef struct {
   size_t ws_need;                         /* the bytes of one allocated here */
   PyObject *device_index;                 /* int, for the current-stream getter */
   /* The same signature in C, for torch_op.c; c_ok 0 where a part has no C form (more than
-   * FC_MAX_DIMS dimensions, a dtype dsa does not take, a scalar that is not None, int or float). */
+   * FC_MAX_DIMS dimensions, a dtype dsa does not take, a scalar that is not None, int, float or str). */
   int c_ok;
   fc_csig csig[FC_MAX_ARGS];
   int nscalars;

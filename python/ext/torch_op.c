@@ -486,6 +486,7 @@ static int read_args(const fc_op *op, stable_ivalue *stack, op_call *c) {
 }
 
 static int same_scalar(const fc_scalar *a, const fc_scalar *b) { /* as Python's == on None, int, float */
+  if (a->kind == FC_OTHER || b->kind == FC_OTHER) return 0; /* no C value to compare */
   if (a->kind == FC_NONE || b->kind == FC_NONE) return a->kind == b->kind;
   if (a->kind == FC_INT && b->kind == FC_INT) return a->i == b->i;
   double x = a->kind == FC_INT ? (double)a->i : a->f, y = b->kind == FC_INT ? (double)b->i : b->f;

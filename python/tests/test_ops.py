@@ -388,6 +388,42 @@ def test_fast_path_reads_plain_tensors_in_c(c_kernels_on_cpu, monkeypatch):
     assert _fast.borrow_setup(torch)
 
 
+def test_fast_path_reads_cp_calls_in_c(c_kernels_on_cpu, monkeypatch):
+    """The context-parallel calls key their plans by a str scalar (the layout): the fast path keeps
+    their C form all the same, so a planned call reads its tensors in C and makes its outputs there
+    (until 2026-12-05 the str sent these two calls through Python attributes and torch.empty). Their
+    torch.ops have no C kernels: a str has no C value to match a dispatcher's arguments by."""
+    import dsa
+    from dsa import _fast
+
+    rec = c_kernels_on_cpu
+    e, i32 = torch.empty, torch.int32
+    calls = {
+        "cp_candidates": lambda: dsa.cp_candidates(e(3, 100), e(3, 8, dtype=i32), world_size=2, rank=1,
+                                                   layout="blocks", block=50),
+        "cp_local_indices": lambda: dsa.cp_local_indices(e(3, 8, dtype=i32), world_size=2, rank=0,
+                                                         layout="round_robin", block_table=e(3, 4, dtype=i32),
+                                                         page_size=64, num_pages=10, compact=True),
+    }
+    assert _fast.borrow_setup(torch)
+    for name, call in calls.items():
+        call()  # the checked path leaves the plan
+        first = rec.last_call
+        before = rec.calls
+        with monkeypatch.context() as m:
+            for attr in ("shape", "dtype"):
+                m.setattr(torch.Tensor, attr, property(_no_python))
+            for attr in ("stride", "get_device", "data_ptr", "size", "dim"):
+                m.setattr(torch.Tensor, attr, _no_python)
+            m.setattr(torch, "empty", _no_python)
+            _fast._configured = False  # the extension is given the torch.empty above
+            got = call()
+        assert rec.calls == before + 1, name
+        assert all(isinstance(x, torch.Tensor) and x.dtype in (torch.float32, torch.int32) for x in got), name
+        assert len(rec.last_call[0]) == len(first[0]) and rec.last_call[3] == first[3], name
+    _fast._configured = False
+
+
 def test_c_kernels_raise_dsa_messages(c_kernels_on_cpu):
     """A failure raises RuntimeError with dsa's message: the checked path's (a bad argument) and the
     library's (a failed status on a planned call); the operator works again afterwards."""
