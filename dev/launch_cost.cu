@@ -16,7 +16,9 @@
  * Each row: µs a call, the median of 7 batches of 2,000 calls (the stream synchronized between
  * batches; the kernels are shorter than their launches, so the launch queue never fills).
  * Then the launch queue: bursts of n = 25 .. 1,600 launches of a 14 µs kernel (one CTA spinning on
- * the global timer) onto an idle stream, plain and memset + cooperative: the host µs a call stays at
+ * the global timer) onto an idle stream, plain and memset + cooperative, and of a 14 µs kernel at the
+ * indexer's shape (132 x 512 threads x 200 KiB, every CTA spinning) after a memset, launched
+ * cooperatively and plainly: the host µs a call stays at
  * the launch's cost while n fits the queue, then tends to 14 (dev/python_overhead.py times bursts of
  * 200: this says whether 200 fits).
  * Usage: dsa-dev-launch-cost   (on the GPU machine; a few seconds)
@@ -54,6 +56,15 @@ __global__ void k_spin(params_t<1024> p, unsigned long long ns) {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
   do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); while (t - t0 < ns);
   if (p.b[0] == 1) printf("never\n");
+}
+
+/* the same at the fused decode indexer's shape: every CTA of 512 threads with most of the shared memory spins */
+__global__ void k_spin_smem(params_t<1024> p, unsigned long long ns) {
+  extern __shared__ unsigned char smem[];
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); while (t - t0 < ns);
+  if (p.b[0] == 1 && threadIdx.x == 1000) printf("never %d\n", smem[0]);
 }
 
 static double now_us(void) {
@@ -195,6 +206,23 @@ int main(void) {
     printf(" %6.2f", time_burst(s, n, [&](int) {
              CK(cudaMemsetAsync(buf, 0, 4096, s));
              CK(dsa_launch_attrs(k_spin, dim3(1), dim3(32), 0, s, false, 0u, true, p1k, spin_ns));
+           }));
+  /* at the indexer's shape: whether a cooperative grid of the whole GPU waits on the host for the one
+   * before it (against the same grid launched plainly) */
+  static dsa_smem_cache spin_cache;
+  printf("\n  %-44s", "memset + cooperative 132 x 512, 200 KiB");
+  for (int n : ns)
+    printf(" %6.2f", time_burst(s, n, [&](int) {
+             bool res = false;
+             CK(cudaMemsetAsync(buf, 0, 4096, s));
+             CK(dsa_launch_smem_cooperative(k_spin_smem, &spin_cache, dim3(132), dim3(512), big, s,
+                                            prop.multiProcessorCount, &res, p1k, spin_ns));
+           }));
+  printf("\n  %-44s", "memset + plain 132 x 512, 200 KiB");
+  for (int n : ns)
+    printf(" %6.2f", time_burst(s, n, [&](int) {
+             CK(cudaMemsetAsync(buf, 0, 4096, s));
+             CK(dsa_launch_smem(k_spin_smem, &spin_cache, dim3(132), dim3(512), big, s, false, p1k, spin_ns));
            }));
   printf("\n");
   CK(cudaFree(buf));

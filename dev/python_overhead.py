@@ -7,7 +7,8 @@ before it, the clock stopped when its last call returns). A burst is short, so t
 wait for the GPU (if the launch queue holds fewer than 200 of a call's launches, it still does;
 dev/launch_cost.cu measures its depth). Over thousands of calls back to back, a call whose kernel
 outlasts its issue (the indexer's, ~14 us at 8k) times the GPU instead: that sustained rate is
-printed beside the C call (N calls back to back, max(host, GPU)). With outputs given (and workspace
+printed beside the C call. DSA_OVERHEAD_BURST=n sets the burst (a shorter one for a call whose
+launches fill the queue within 200) (N calls back to back, max(host, GPU)). With outputs given (and workspace
 given) and with outputs allocated by the call, through each implementation of the fast path (the dsa._fastcall
 extension where it is built — with PyTorch >= 2.10 once reading tensors in C, once asking their Python
 attributes (fc-attrs) — and the Python one); torch.ops.dsa's operators through their kernels
@@ -19,6 +20,7 @@ Needs PyTorch and an sm_90 GPU; run from the repository root:
 """
 
 import ctypes
+import os
 import statistics
 import time
 
@@ -29,7 +31,7 @@ from dsa import _fast
 import dsa.ops  # noqa: F401  (torch.ops.dsa, timed too)
 
 N = 2000  # the sustained loop
-BURST, BURSTS = 200, 10
+BURST, BURSTS = int(os.environ.get("DSA_OVERHEAD_BURST", "200")), 10
 DEV = torch.device("cuda")
 P, HI, K, H = 64, 32, 2048, 16
 
