@@ -190,8 +190,16 @@ static const mla_case k_mla_cases[] = {
     {.name = "sparse MLA H20 bf16 kv_stride 640, T40 topk2048, lens", .H = 20, .T = 40, .topk = 2048,
      .fmt = DSA_KV_BF16, .kv_stride = 640, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0,
      .num_slots = 9000, .check_determinism = 1, .seed = 421},
-    /* the table's edges at <= 32 heads: GLM's 16 heads with FP8 KV from 40 tokens (rows_as_m), 32
-     * heads with FP8 KV from 40 (heads_as_m), bf16 at 16 heads from 40 (heads_as_m) */
+    /* the table's edges at <= 32 heads: GLM's 16 heads with FP8 KV from 24 tokens (rows_as_m, 4 splits a
+     * token while they fit one wave) and from 34, 32 heads with FP8 KV from 20 (heads_as_m), bf16 at 16
+     * heads from 20 (heads_as_m); and at 40 tokens each */
+    {.name = "sparse MLA H16 fp8 (stored) T24 topk2048, lens", .H = 16, .T = 24, .topk = 2048,
+     .fmt = DSA_KV_FP8_PACKED, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0, .num_slots = 20000,
+     .check_determinism = 1, .seed = 428},
+    {.name = "sparse MLA H32 fp8 (stored) T20 topk2048", .H = 32, .T = 20, .topk = 2048, .fmt = DSA_KV_FP8_PACKED,
+     .q_amp = 1.0, .num_slots = 20000, .seed = 429},
+    {.name = "sparse MLA H16 bf16 kv_stride 640, T20 topk2048, lens", .H = 16, .T = 20, .topk = 2048,
+     .fmt = DSA_KV_BF16, .kv_stride = 640, .lens_given = 1, .q_amp = 1.0, .num_slots = 20000, .seed = 430},
     {.name = "sparse MLA H16 fp8 (stored) T40 topk2048, lens", .H = 16, .T = 40, .topk = 2048,
      .fmt = DSA_KV_FP8_PACKED, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0, .num_slots = 20000,
      .check_determinism = 1, .seed = 422},
