@@ -292,7 +292,7 @@ int dsa_choose_attention(const dsa_sparse_mla_args *a, const dsa_device_info *de
   if (a->num_heads >= HEADS_AS_M_MIN_HEADS && units >= HEADS_AS_M_MIN_UNITS) return DSA_ATTN_HEADS_AS_M;
   const int bf16 = a->kv_format == DSA_KV_BF16;
   const int64_t t = a->num_tokens;
-  if (a->num_heads >= WIDE_HEADS) /* 17 to 32 heads */
+  if (a->num_heads >= WIDE_HEADS) /* 17 to 32 heads (more have fewer than 8 tokens here: mma_split) */
     return t >= (bf16 ? BF16_WIDE_HEADS_AS_M_TOKENS : HEADS_AS_M_TOKENS) ? DSA_ATTN_HEADS_AS_M : DSA_ATTN_MMA_SPLIT;
   if (bf16) return t >= HEADS_AS_M_TOKENS ? DSA_ATTN_HEADS_AS_M : DSA_ATTN_MMA_SPLIT;
   /* rows_as_m: also GLM's 4096-token chunk at 16 heads (128k), FP8, 3.06 ms against mma_split's 4.26
