@@ -69,6 +69,9 @@ def main():
     c = torch.empty(16, device=DEV)
     rows = [("torch.add (16 floats)", per_call_us(lambda: torch.add(a, b))),
             ("torch.add (16 floats, out=)", per_call_us(lambda: torch.add(a, b, out=c))),
+            # what any operator costs called through torch.ops (the OpOverload's Python entry and the
+            # dispatcher): the floor under torch.ops.dsa.*
+            ("torch.ops.aten.add.Tensor (16 floats)", per_call_us(lambda: torch.ops.aten.add.Tensor(a, b))),
             # what each output or workspace a call allocates costs at least (the caching allocator)
             ("torch.empty (1, 2048) int32", per_call_us(lambda: torch.empty((1, 2048), dtype=torch.int32, device=DEV))),
             ("torch.empty (1, 16, 512) bf16",
