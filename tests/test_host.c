@@ -462,9 +462,9 @@ static void test_mla_kernel_choice(void) {
   /* Clusters resident at once (dsa_device_info.cluster_ctas, the probe's answer): an H100 SXM keeps 132
    * CTAs in clusters of 2 and 120 in clusters of 4 or 8; the splits measured best there (FP8 KV,
    * 2026-12-05: rows_as_m 48 x 16 heads ran 79.9 us in clusters of 8, 55.5 in clusters of 2;
-   * heads_as_m 24 x 64 heads 58.1 in clusters of 2, 41.2 in clusters of 4, and 32 x 64 heads 67.9 in
-   * clusters of 2, 85.6 in three waves of clusters of 8). Where clusters of 4 keep only half the SMs
-   * (the stub's default), 24 x 64 heads stays at 2. */
+   * heads_as_m 24 x 64 heads 58.1 in two waves of clusters of 8, 41.2 in one of clusters of 4, and
+   * 32 x 64 heads 67.9 in clusters of 2, 85.6 in three waves of clusters of 8). Where clusters of 4
+   * keep only half the SMs (the stub's default), 24 x 64 heads goes 2 ways. */
   static const struct {
     int kernel, tokens, heads, c4, c8, splits;
   } vcs[] = {{DSA_ATTN_ROWS_AS_M, 48, 16, 120, 120, 2},  {DSA_ATTN_ROWS_AS_M, 40, 16, 120, 120, 2},
