@@ -126,29 +126,12 @@ __global__ void __launch_bounds__(HM_THREADS, 1) ht_traced_kernel(const hm_param
   }
 }
 
-static void stats(const char *name, std::vector<long long> v) {
-  std::sort(v.begin(), v.end());
-  printf("  %-30s %8lld %8lld %8lld\n", name, v.front(), v[v.size() / 2], v.back());
-}
-
 /* T tokens x H heads, packed FP8 KV, topk 2048 random distinct slots of S, split `splits` ways. */
 static void trace(int T, int H, int splits) {
   const int64_t S = 1 << 17;
   const int topk = 2048;
-  dsa_rng r = dsa_rng_make(7, 0);
-  std::vector<uint8_t> kv((size_t)S * 656);
-  mla_dev_kv(kv.data(), S, 1, &r);
-  std::vector<uint16_t> q((size_t)T * H * 576);
-  mla_dev_q(q.data(), q.size(), &r);
-  std::vector<int32_t> idx((size_t)T * topk);
-  mla_dev_indices(idx.data(), idx.size(), S, &r);
-  const size_t rows = (size_t)T * H;
-  void *dkv = mla_dev_put(kv.data(), kv.size()), *dq = mla_dev_put(q.data(), q.size() * 2);
-  void *didx = mla_dev_put(idx.data(), idx.size() * 4), *dout;
-  float *dlse;
-  CK(cudaMalloc(&dout, rows * 512 * 2));
-  CK(cudaMalloc(&dlse, rows * 4));
-  const dsa_sparse_mla_args a = mla_dev_args(dq, T, H, dkv, DSA_KV_FP8_PACKED, S, didx, topk, dout, dlse);
+  mla_dev_problem pb = mla_dev_problem_fp8(T, H, S, topk, 7);
+  const dsa_sparse_mla_args a = pb.a;
   dsa_attention_plan pl;
   memset(&pl, 0, sizeof pl);
   pl.kernel = DSA_ATTN_HEADS_AS_M;
@@ -173,20 +156,7 @@ static void trace(int T, int H, int splits) {
                              splits > 1 ? (unsigned)splits : 0u, prm));
   CK(cudaStreamEndCapture(st, &gr));
   CK(cudaGraphInstantiate(&ge, gr, 0));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  std::vector<float> ms;
-  for (int i = 0; i < 70; ++i) {
-    CK(cudaEventRecord(e0, st));
-    CK(cudaGraphLaunch(ge, st));
-    CK(cudaEventRecord(e1, st));
-    CK(cudaEventSynchronize(e1));
-    float x;
-    CK(cudaEventElapsedTime(&x, e0, e1));
-    if (i >= 20) ms.push_back(x);
-  }
-  std::sort(ms.begin(), ms.end());
+  const float replay_us = mla_dev_replay_us(ge, st, 20, 50);
   std::vector<unsigned long long> tr((size_t)ctas * HT_STAMPS);
   CK(cudaMemcpyFromSymbol(tr.data(), g_trace, tr.size() * 8));
   unsigned long long t0 = ~0ull, t1 = 0;
@@ -196,8 +166,8 @@ static void trace(int T, int H, int splits) {
   }
   printf("== %d tokens x %d heads, FP8, heads_as_m, %d CTAs (%d splits, %d chunks a CTA); graph replay median "
          "%.2f us, the CTAs' span (first entry to last exit) %.2f us\n",
-         T, H, ctas, splits, pl.blocks_per_split, 1000.0 * ms[ms.size() / 2], (t1 - t0) / 1000.0);
-  printf("  stamp (ns since first entry)        min      med      max\n");
+         T, H, ctas, splits, pl.blocks_per_split, replay_us, (t1 - t0) / 1000.0);
+  printf("  %-30s %8s %8s %8s\n", "stamp (ns since first entry)", "min", "med", "max");
   static const char *const names[T_COUNT] = {"entry",           "griddep released", "Q staged",
                                              "QK warpgroup done", "PV warpgroup done", "producer done",
                                              "cluster barrier",  "merged",           "exit"};
@@ -205,18 +175,12 @@ static void trace(int T, int H, int splits) {
     if ((k == T_CLUSTER || k == T_MERGED) && splits == 1) continue;
     std::vector<long long> v;
     for (int c = 0; c < ctas; ++c) v.push_back((long long)(tr[(size_t)c * HT_STAMPS + k] - t0));
-    stats(names[k], v);
+    mla_dev_print_spread(names[k], v.data(), ctas);
   }
   CK(cudaGraphExecDestroy(ge));
   CK(cudaGraphDestroy(gr));
   CK(cudaStreamDestroy(st));
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
-  CK(cudaFree(dkv));
-  CK(cudaFree(dq));
-  CK(cudaFree(didx));
-  CK(cudaFree(dout));
-  CK(cudaFree(dlse));
+  mla_dev_problem_free(&pb);
 }
 
 int main(void) {

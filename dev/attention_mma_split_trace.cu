@@ -161,29 +161,14 @@ static cudaError_t traced_launch(const dsa_sparse_mla_args *a, const dsa_attenti
                     a->lse);
 }
 
-static void stats(const char *name, std::vector<long long> v) {
-  std::sort(v.begin(), v.end());
-  printf("  %-22s %7lld %7lld %7lld\n", name, v.front(), v[v.size() / 2], v.back());
-}
-
 static void trace(int H, int splits, int mt) {
   const int64_t S = 1 << 16;
   const int topk = 2048, nblk = topk / 64, T = 1;
-  dsa_rng r = dsa_rng_make(1, 0);
-  std::vector<uint8_t> kv((size_t)S * 656);
-  mla_dev_kv(kv.data(), S, 1, &r);
-  std::vector<uint16_t> q((size_t)T * H * 576);
-  mla_dev_q(q.data(), q.size(), &r);
-  std::vector<int32_t> idx((size_t)T * topk);
-  mla_dev_indices(idx.data(), idx.size(), S, &r);
+  mla_dev_problem pb = mla_dev_problem_fp8(T, H, S, topk, 1);
+  const dsa_sparse_mla_args a = pb.a;
   const size_t rows = (size_t)T * H;
-  void *dkv = mla_dev_put(kv.data(), kv.size()), *dq = mla_dev_put(q.data(), q.size() * 2);
-  void *didx = mla_dev_put(idx.data(), idx.size() * 4), *dout, *dws;
-  float *dlse;
-  CK(cudaMalloc(&dout, rows * 512 * 2));
-  CK(cudaMalloc(&dlse, rows * 4));
+  void *dws;
   CK(cudaMalloc(&dws, (size_t)splits * rows * (512 * 4 + 8)));
-  const dsa_sparse_mla_args a = mla_dev_args(dq, T, H, dkv, DSA_KV_FP8_PACKED, S, didx, topk, dout, dlse);
   dsa_attention_plan pl;
   memset(&pl, 0, sizeof pl);
   pl.kernel = DSA_ATTN_MMA_SPLIT;
@@ -201,20 +186,7 @@ static void trace(int H, int splits, int mt) {
   CK(mt == 1 ? traced_launch<1>(&a, &pl, dws, st) : mt == 2 ? traced_launch<2>(&a, &pl, dws, st) : traced_launch<4>(&a, &pl, dws, st));
   CK(cudaStreamEndCapture(st, &gr));
   CK(cudaGraphInstantiate(&ge, gr, 0));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  std::vector<float> ms;
-  for (int i = 0; i < 70; ++i) {
-    CK(cudaEventRecord(e0, st));
-    CK(cudaGraphLaunch(ge, st));
-    CK(cudaEventRecord(e1, st));
-    CK(cudaEventSynchronize(e1));
-    float x;
-    CK(cudaEventElapsedTime(&x, e0, e1));
-    if (i >= 20) ms.push_back(x);
-  }
-  std::sort(ms.begin(), ms.end());
+  const float replay_us = mla_dev_replay_us(ge, st, 20, 50);
   const int ctas = pl.groups * splits * T;
   std::vector<unsigned long long> tr((size_t)ctas * 16), ct(rows * 4);
   CK(cudaMemcpyFromSymbol(tr.data(), g_trace, tr.size() * 8));
@@ -223,28 +195,24 @@ static void trace(int H, int splits, int mt) {
   for (int c = 0; c < ctas; ++c) t0 = std::min(t0, tr[c * 16]);
   printf("== 1 token x %d heads, FP8, mma_split MT=%d, %d CTAs (%d splits x %d groups) + combine %zu CTAs; graph "
          "replay median %.2f us (event-timed, ungated)\n",
-         H, pl.mt, ctas, splits, pl.groups, rows, 1000.0 * ms[ms.size() / 2]);
-  printf("  phase (ns since first entry)   min     med     max\n");
+         H, pl.mt, ctas, splits, pl.groups, rows, replay_us);
+  printf("  %-30s %8s %8s %8s\n", "phase (ns since first entry)", "min", "med", "max");
   const char *names[10] = {"entry", "griddep released", "index + Q issued", "Q in registers", "chunk landed",
                            "unpacked", "S done", "softmax done", "PV done", "partials stored"};
   for (int k = 0; k < 10; ++k) {
     std::vector<long long> v;
     for (int c = 0; c < ctas; ++c) v.push_back((long long)(tr[c * 16 + k] - t0));
-    stats(names[k], v);
+    mla_dev_print_spread(names[k], v.data(), ctas);
   }
   const char *cn[3] = {"combine entry", "combine griddep", "combine done"};
   for (int k = 0; k < 3; ++k) {
     std::vector<long long> v;
     for (size_t i = 0; i < rows; ++i) v.push_back((long long)(ct[i * 4 + k] - t0));
-    stats(cn[k], v);
+    mla_dev_print_spread(cn[k], v.data(), (int)rows);
   }
   CK(cudaGraphExecDestroy(ge));
   CK(cudaGraphDestroy(gr));
-  CK(cudaFree(dkv));
-  CK(cudaFree(dq));
-  CK(cudaFree(didx));
-  CK(cudaFree(dout));
-  CK(cudaFree(dlse));
+  mla_dev_problem_free(&pb);
   CK(cudaFree(dws));
 }
 

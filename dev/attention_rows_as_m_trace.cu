@@ -93,19 +93,8 @@ static void traced_launch(const rm_params &prm, unsigned ctas, cudaStream_t st) 
 static void trace(int T, int H, int splits, const char *name) {
   const int64_t S = 1 << 17;
   const int topk = 2048, nblk = topk / 64;
-  dsa_rng r = dsa_rng_make(1, 0);
-  std::vector<uint8_t> kv((size_t)S * 656);
-  mla_dev_kv(kv.data(), S, 1, &r);
-  std::vector<uint16_t> q((size_t)T * H * 576);
-  mla_dev_q(q.data(), q.size(), &r);
-  std::vector<int32_t> idx((size_t)T * topk);
-  mla_dev_indices(idx.data(), idx.size(), S, &r);
-  void *dkv = mla_dev_put(kv.data(), kv.size()), *dq = mla_dev_put(q.data(), q.size() * 2);
-  void *didx = mla_dev_put(idx.data(), idx.size() * 4), *dout;
-  float *dlse;
-  CK(cudaMalloc(&dout, (size_t)T * H * 512 * 2));
-  CK(cudaMalloc(&dlse, (size_t)T * H * 4));
-  const dsa_sparse_mla_args a = mla_dev_args(dq, T, H, dkv, DSA_KV_FP8_PACKED, S, didx, topk, dout, dlse);
+  mla_dev_problem pb = mla_dev_problem_fp8(T, H, S, topk, 1);
+  const dsa_sparse_mla_args a = pb.a;
   dsa_attention_plan pl;
   memset(&pl, 0, sizeof pl);
   pl.kernel = DSA_ATTN_ROWS_AS_M;
@@ -132,11 +121,7 @@ static void trace(int T, int H, int splits, const char *name) {
     for (int k = 1; k <= 6; ++k) printf("  %s %7lld", names[k - 1], tr[w][k] - tr[w][0]);
     printf("\n");
   }
-  CK(cudaFree(dkv));
-  CK(cudaFree(dq));
-  CK(cudaFree(didx));
-  CK(cudaFree(dout));
-  CK(cudaFree(dlse));
+  mla_dev_problem_free(&pb);
 }
 
 int main(void) {

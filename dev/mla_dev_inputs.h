@@ -1,7 +1,8 @@
 /*
  * dev/mla_dev_inputs.h — what the attention development tools share: random inputs drawn from the
- * one generator (tests/support/rng.h) in the caller's order — KV rows, q, index rows — and the
- * attention call they time. No check here: the tests do that.
+ * one generator (tests/support/rng.h) in the caller's order — KV rows, q, index rows — the attention
+ * call they time, and how the trace tools time a graph and print a stamp's spread over CTAs. No
+ * check here: the tests do that.
  */
 #pragma once
 #include <cuda_runtime.h>
@@ -71,4 +72,87 @@ static void *mla_dev_put(const void *h, size_t bytes) {
   CK(cudaMalloc(&d, bytes));
   CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
   return d;
+}
+
+/* A random FP8 problem on the device, as the trace tools draw it: S packed FP8 KV rows, q of T x H,
+ * topk slots a token (drawn in that order from one generator of `seed`), out and lse allocated; `a`
+ * is the call over them. */
+typedef struct {
+  void *kv, *q, *idx, *out;
+  float *lse;
+  dsa_sparse_mla_args a;
+} mla_dev_problem;
+
+static mla_dev_problem mla_dev_problem_fp8(int T, int H, int64_t S, int topk, uint64_t seed) {
+  mla_dev_problem p;
+  dsa_rng r = dsa_rng_make(seed, 0);
+  const size_t nq = (size_t)T * H * 576, nidx = (size_t)T * topk, rows = (size_t)T * H;
+  uint8_t *kv = (uint8_t *)malloc((size_t)S * 656);
+  uint16_t *q = (uint16_t *)malloc(nq * 2);
+  int32_t *idx = (int32_t *)malloc(nidx * 4);
+  if (!kv || !q || !idx) {
+    fprintf(stderr, "mla_dev_problem_fp8: out of host memory\n");
+    exit(1);
+  }
+  mla_dev_kv(kv, S, 1, &r);
+  mla_dev_q(q, nq, &r);
+  mla_dev_indices(idx, nidx, S, &r);
+  p.kv = mla_dev_put(kv, (size_t)S * 656);
+  p.q = mla_dev_put(q, nq * 2);
+  p.idx = mla_dev_put(idx, nidx * 4);
+  free(kv);
+  free(q);
+  free(idx);
+  CK(cudaMalloc(&p.out, rows * 512 * 2));
+  CK(cudaMalloc((void **)&p.lse, rows * 4));
+  p.a = mla_dev_args(p.q, T, H, p.kv, DSA_KV_FP8_PACKED, S, p.idx, topk, p.out, p.lse);
+  return p;
+}
+
+static void mla_dev_problem_free(mla_dev_problem *p) {
+  CK(cudaFree(p->kv));
+  CK(cudaFree(p->q));
+  CK(cudaFree(p->idx));
+  CK(cudaFree(p->out));
+  CK(cudaFree(p->lse));
+}
+
+static int mla_dev_cmp_ll(const void *a, const void *b) {
+  const long long x = *(const long long *)a, y = *(const long long *)b;
+  return (x > y) - (x < y);
+}
+
+static int mla_dev_cmp_f(const void *a, const void *b) {
+  const float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
+/* The median us of `n` replays of a graph on stream st, each between two events, after `warmup`
+ * replays (hot L2, as dsa-bench times a kernel). */
+static float mla_dev_replay_us(cudaGraphExec_t ge, cudaStream_t st, int warmup, int n) {
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  float *ms = (float *)malloc((size_t)n * sizeof(float));
+  for (int i = 0; i < warmup + n; ++i) {
+    CK(cudaEventRecord(e0, st));
+    CK(cudaGraphLaunch(ge, st));
+    CK(cudaEventRecord(e1, st));
+    CK(cudaEventSynchronize(e1));
+    float x;
+    CK(cudaEventElapsedTime(&x, e0, e1));
+    if (i >= warmup) ms[i - warmup] = x;
+  }
+  qsort(ms, (size_t)n, sizeof(float), mla_dev_cmp_f);
+  const float us = 1000.f * ms[n / 2];
+  free(ms);
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  return us;
+}
+
+/* One stamp's spread over CTAs: its name, min / median / max of v[0 .. n) (sorted in place). */
+static void mla_dev_print_spread(const char *name, long long *v, int n) {
+  qsort(v, (size_t)n, sizeof(long long), mla_dev_cmp_ll);
+  printf("  %-30s %8lld %8lld %8lld\n", name, v[0], v[n / 2], v[n - 1]);
 }
