@@ -1,12 +1,14 @@
 /*
- * device.c — the CUDA runtime facts the host layer needs: the current device's SM count, compute
- * capability and how many CTAs clusters of 2, 4 and 8 keep resident (cached per device: cudaGetDevice
- * is cheap, attribute and occupancy queries less so), and how to name a CUDA error. The only file
+ * device.c — the CUDA runtime facts the host layer needs: the current device's SM count and compute
+ * capability, and for the attention plans how many CTAs clusters of 2, 4 and 8 keep resident (each
+ * cached per device, the clusters asked only once a call needs them: cudaGetDevice is cheap,
+ * attribute and occupancy queries less so), and how to name a CUDA error. The only file
  * of the host layer that calls the CUDA runtime (the cluster count asks through a probe kernel,
  * common/cluster_probe.cu).
  */
 #include <cuda_runtime_api.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #include "host/status.h"
 
@@ -59,16 +61,20 @@ int dsa_device_query(dsa_device_info *info) {
   info->cc_major = (packed >> 24) & 0xff;
   info->cc_minor = (packed >> 16) & 0xff;
   info->num_sms = packed & 0xffff;
-  info->cluster_ctas[0] = info->num_sms;
-  const int slot = dev >= 0 && dev < DSA_MAX_DEVICES;
+  memset(info->cluster_ctas, 0, sizeof info->cluster_ctas); /* dsa_device_clusters, where a call needs them */
+  return 0;
+}
+
+void dsa_device_clusters(dsa_device_info *info) {
+  const int dev = info->ordinal, slot = dev >= 0 && dev < DSA_MAX_DEVICES;
   unsigned long long c = slot ? atomic_load_explicit(&g_cluster_ctas[dev], memory_order_relaxed) : 0;
   if (c == 0) {
     int keep = 0;
     c = cluster_ctas(info->num_sms, info->cc_major == 9 && info->cc_minor == 0, &keep);
     if (keep && slot) atomic_store_explicit(&g_cluster_ctas[dev], c, memory_order_relaxed);
   }
+  info->cluster_ctas[0] = info->num_sms;
   for (int i = 0; i < 3; ++i) info->cluster_ctas[i + 1] = (int)((c >> (16 * i)) & 0xffff);
-  return 0;
 }
 
 int dsa_cuda_error_is_no_device(int err) {

@@ -49,7 +49,8 @@ dsa_status dsa_cuda_status(const char *fn, int err) {
   return dsa_fail(DSA_ERR_CUDA, "%s: CUDA error %d (%s)", fn, err, dsa_cuda_error_string(err));
 }
 
-dsa_status dsa_need_device_info(const char *fn, dsa_device_info *d) {
+/* The device query, and the device an sm_90 part. */
+static dsa_status need_sm90(const char *fn, dsa_device_info *d) {
   memset(d, 0, sizeof *d);
   const dsa_status st = dsa_cuda_status(fn, dsa_device_query(d));
   if (st != DSA_OK) return st;
@@ -59,9 +60,15 @@ dsa_status dsa_need_device_info(const char *fn, dsa_device_info *d) {
   return DSA_OK;
 }
 
+dsa_status dsa_need_device_info(const char *fn, dsa_device_info *d) {
+  const dsa_status st = need_sm90(fn, d);
+  if (st == DSA_OK) dsa_device_clusters(d);
+  return st;
+}
+
 dsa_status dsa_need_device(const char *fn, int *sms) {
   dsa_device_info d;
-  const dsa_status st = dsa_need_device_info(fn, &d);
+  const dsa_status st = need_sm90(fn, &d);
   if (st != DSA_OK) return st;
   *sms = d.num_sms;
   return DSA_OK;

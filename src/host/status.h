@@ -23,14 +23,18 @@ typedef struct {
   int ordinal;      /* the current device */
   int num_sms;      /* its multiprocessor count */
   int cc_major, cc_minor;
-  int cluster_ctas[4]; /* CTAs resident at once in clusters of 1, 2, 4, 8 CTAs of one an SM (every
-                          cluster kernel here takes over 114 KB of shared memory): a cluster's CTAs
-                          share a GPC, so where a GPC's SMs do not divide by the size some stay idle
-                          (an H100 SXM: 132, 132, 124, 120 — 15 clusters of 8) */
+  int cluster_ctas[4]; /* dsa_device_clusters (0 until asked): CTAs resident at once in clusters of 1, 2,
+                          4, 8 CTAs of one an SM (every cluster kernel here takes over 114 KB of shared
+                          memory): a cluster's CTAs share a GPC, so where a GPC's SMs do not divide by
+                          the size some stay idle (an H100 SXM: 132, 132, 120, 120 — 15 clusters of 8) */
 } dsa_device_info;
-/* The current device's facts (cached per device after the first query). Returns a cudaError_t. */
+/* The current device's facts but its clusters (cached per device after the first query). Returns a
+ * cudaError_t. */
 int dsa_device_query(dsa_device_info *info);
-/* The current device must be an sm_90 part (the only kernels this build holds): its facts in *d. */
+/* info->cluster_ctas for the device info names (asked through the probe once per device). */
+void dsa_device_clusters(dsa_device_info *info);
+/* The current device must be an sm_90 part (the only kernels this build holds): its facts in *d, its
+ * clusters' residency too (the attention plans). */
 dsa_status dsa_need_device_info(const char *fn, dsa_device_info *d);
 /* The same, for a call that needs only its SM count. */
 dsa_status dsa_need_device(const char *fn, int *sms);

@@ -79,14 +79,17 @@ int dsa_device_query(dsa_device_info *info) {
   if (g_dsa_stub.device_error) return g_dsa_stub.device_error;
   info->ordinal = 0;
   info->num_sms = g_dsa_stub.num_sms;
+  info->cc_major = g_dsa_stub.cc_major;
+  info->cc_minor = g_dsa_stub.cc_minor;
+  return 0;
+}
+
+void dsa_device_clusters(dsa_device_info *info) {
   info->cluster_ctas[0] = g_dsa_stub.num_sms;
   for (int i = 0; i < 3; i++)
     info->cluster_ctas[i + 1] = g_dsa_stub.cluster_ctas[i] > 0 ? g_dsa_stub.cluster_ctas[i]
                                 : i == 0                     ? g_dsa_stub.num_sms
                                                              : g_dsa_stub.num_sms / 2;
-  info->cc_major = g_dsa_stub.cc_major;
-  info->cc_minor = g_dsa_stub.cc_minor;
-  return 0;
 }
 
 int dsa_cuda_error_is_no_device(int err) { return err == DSA_STUB_NO_DEVICE; }
