@@ -349,6 +349,15 @@ def _no_python(*args, **kwargs):
     raise AssertionError("a tensor attribute asked in Python")
 
 
+def _tensor_attributes_raise(m):
+    """Within monkeypatch context m, every torch.Tensor attribute the fast path could ask in Python
+    raises."""
+    for attr in ("shape", "dtype"):
+        m.setattr(torch.Tensor, attr, property(_no_python))
+    for attr in ("stride", "get_device", "data_ptr", "size", "dim"):
+        m.setattr(torch.Tensor, attr, _no_python)
+
+
 def test_fast_path_reads_plain_tensors_in_c(c_kernels_on_cpu, monkeypatch):
     """From PyTorch 2.10 dsa's fast path reads each plain torch.Tensor argument in C (shape, strides,
     dtype, device and data pointer, through the at::Tensor the object holds): a planned call asks none
@@ -372,10 +381,7 @@ def test_fast_path_reads_plain_tensors_in_c(c_kernels_on_cpu, monkeypatch):
             before = rec.calls
             with monkeypatch.context() as m:
                 if on:
-                    for attr in ("shape", "dtype"):
-                        m.setattr(torch.Tensor, attr, property(_no_python))
-                    for attr in ("stride", "get_device", "data_ptr", "size", "dim"):
-                        m.setattr(torch.Tensor, attr, _no_python)
+                    _tensor_attributes_raise(m)
                 got = getattr(ops, name).fn(*args)
             assert rec.calls == before + 1 and _fast.plan_count() == len(cases), (case, on)
             assert _masked(name, rec.last_call, args, got) == want[case], (case, on)
@@ -411,10 +417,7 @@ def test_fast_path_reads_cp_calls_in_c(c_kernels_on_cpu, monkeypatch):
         first = rec.last_call
         before = rec.calls
         with monkeypatch.context() as m:
-            for attr in ("shape", "dtype"):
-                m.setattr(torch.Tensor, attr, property(_no_python))
-            for attr in ("stride", "get_device", "data_ptr", "size", "dim"):
-                m.setattr(torch.Tensor, attr, _no_python)
+            _tensor_attributes_raise(m)
             m.setattr(torch, "empty", _no_python)
             _fast._configured = False  # the extension is given the torch.empty above
             got = call()
