@@ -400,7 +400,7 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hmx_attention_kernel(const hm_p
       ptx_setmaxnreg_dec<HM_REG_PRODUCER(true)>();
       hmx_produce_fp8(p, idx_row, end, n, tile_u32, ring, valid_s, colf_s, w, lane);
     }
-    if (p.splits > 1) hm_merge_cluster(p, s_u32, t, head0, false, tid); /* its barriers count every thread */
+    if (p.splits > 1) hm_merge_cluster<FP8>(p, s_u32, smem, t, head0, false, tid); /* joins the barriers only */
     return;
   }
 
@@ -425,11 +425,11 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hmx_attention_kernel(const hm_p
   if (cw == 0) {
     ptx_setmaxnreg_inc<HM_REG_QK(FP8)>(); /* O half, S and the softmax */
     hmx_consume_qk<FP8>(p, x, warp & 3, lane);
-    if (p.splits > 1) hm_merge_cluster(p, s_u32, t, head0, true, tid); /* warpgroup 1 only joins the barriers */
+    if (p.splits > 1) hm_merge_cluster<FP8>(p, s_u32, smem, t, head0, true, tid);
   } else {
     if (HM_REG_PV(FP8) > 168) ptx_setmaxnreg_inc<(HM_REG_PV(FP8) > 168 ? HM_REG_PV(FP8) : 168)>();
     hmx_consume_pv<FP8>(p, x, warp & 3, lane);
-    if (p.splits > 1) hm_merge_cluster(p, s_u32, t, head0, false, tid);
+    if (p.splits > 1) hm_merge_cluster<FP8>(p, s_u32, smem, t, head0, true, tid);
   }
 }
 

@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(HM_THREADS, 1) ht_traced_kernel(const hm_param
     ptx_setmaxnreg_dec<HM_REG_PRODUCER(true)>();
     hm_produce_fp8(p, idx_row, end, n, tile_u32, ring, valid_s, colf_s, w, lane);
     TRACE(T_PRODUCED);
-    if (p.splits > 1) hm_merge_cluster(p, s_u32, t, head0, false, tid);
+    if (p.splits > 1) hm_merge_cluster<FP8>(p, s_u32, smem, t, head0, false, tid);
     return;
   }
 
@@ -110,9 +110,9 @@ __global__ void __launch_bounds__(HM_THREADS, 1) ht_traced_kernel(const hm_param
       ptx_cluster_sync();
       TRACE(T_CLUSTER);
       switch (p.splits) {
-        case 2: hm_merge_splits<2>(p, s_u32, t, head0, tid); break;
-        case 4: hm_merge_splits<4>(p, s_u32, t, head0, tid); break;
-        default: hm_merge_splits<8>(p, s_u32, t, head0, tid); break;
+        case 2: hm_merge_splits_outlined<2>(p.io.out, p.io.lse, p.num_heads, s_u32, smem, t, head0, tid); break;
+        case 4: hm_merge_splits_outlined<4>(p.io.out, p.io.lse, p.num_heads, s_u32, smem, t, head0, tid); break;
+        default: hm_merge_splits_outlined<8>(p.io.out, p.io.lse, p.num_heads, s_u32, smem, t, head0, tid); break;
       }
       TRACE(T_MERGED);
       ptx_cluster_sync();
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(HM_THREADS, 1) ht_traced_kernel(const hm_param
     if (HM_REG_PV(FP8) > 168) ptx_setmaxnreg_inc<(HM_REG_PV(FP8) > 168 ? HM_REG_PV(FP8) : 168)>();
     hm_consume_pv<FP8>(p, x, warp & 3, lane);
     TRACE(T_PV_DONE);
-    if (p.splits > 1) hm_merge_cluster(p, s_u32, t, head0, false, tid);
+    if (p.splits > 1) hm_merge_cluster<FP8>(p, s_u32, smem, t, head0, true, tid);
   }
 }
 

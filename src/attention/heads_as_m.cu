@@ -3,7 +3,7 @@
  * tiles), warp-specialised. The math: attention.cuh.
  *
  * One CTA = one token x 64 heads (heads past H are zero rows) x one split: the token's index entries
- * in chunks of 64 rows, all of them, or below a wave of CTAs a contiguous share (splits = 2, 4, 8:
+ * in chunks of 64 rows, all of them, or below a wave of CTAs a contiguous share (splits = 2 to 8:
  * the CTAs of a (token, group) form a cluster and merge their (m, l, O) through distributed shared
  * memory in rank order, hm_merge_splits; no workspace).
  *   qk_tile  S[64 heads, 64 rows] = Q[64, 576] . K^T      wgmma m64n64k16; A = Q (no swizzle), B = the
@@ -105,7 +105,8 @@ enum hm_barrier {
   HM_BAR_M_0TO1 = 5,   /* warpgroup 0 has published m and alpha of its chunk */
   HM_BAR_M_1TO0 = 6,
   HM_BAR_P_0TO1 = 7,   /* warpgroup 0 has published P of its chunk */
-  HM_BAR_P_1TO0 = 8
+  HM_BAR_P_1TO0 = 8,
+  HM_BAR_MERGE = 9     /* splits: the merge weights are in shared memory (hm_merge_splits) */
 };
 
 /* setmaxnreg per warpgroup (QK + softmax, PV only, producer): 128 x (sum) <= 384 x 168 = 64512 */
@@ -576,60 +577,116 @@ __device__ __forceinline__ void hm_consume_seesaw(const hm_params &p, const hm_c
 }
 
 /* Splits: merge the cluster's (m, l, O) through distributed shared memory, in rank order (the same
- * bits whichever CTA computes them): rank r writes dims [r 512 / S, (r + 1) 512 / S) of every head of
- * its group, and rank 0 the lse. A split without entries (l = 0) contributes nothing. Called by the
- * 128 threads of warpgroup 0 between two cluster barriers. */
+ * bits whichever CTA computes them): rank r of S writes the 4-dim columns [128 r / S, 128 (r + 1) / S)
+ * of every head of its group, and rank 0 the lse. A split without entries (l = 0) contributes nothing.
+ * Called by the 256 consumer threads (ctid) between two cluster barriers, in two phases:
+ *   weights  threads 0-63, one head each: the S splits' (m, l) -> w_r = 2^(m_r - M) (-1: no entries)
+ *            and 1 / L into this CTA's P area (free after the chunks);
+ *   columns  each thread 16 / S outputs of 4 dims a batch (about two batches), the batch's 16 peer
+ *            loads issued before the first is used (a loop of dependent round trips took 6-10 us a
+ *            wave, dev/attention_heads_as_m_trace).
+ * A peer's staging is its base (mapa) plus the local offset: a CTA's window is contiguous. */
+#define HM_MW_OFF HM_P_OFF /* splits, after the chunks: float [64][8] weights, then float [64] 1 / L */
+static_assert(HM_HEADS * 9 * 4 <= 8 * 1024, "merge weights fit in the P area");
 template <int S>
-__device__ __forceinline__ void hm_merge_splits(const hm_params &p, uint32_t s_u32, int64_t t, int head0, int ctid) {
-  const int H = p.num_heads;
-  const uint32_t rank = ptx_cluster_ctarank();
-  constexpr int lq = 7 - (S == 8 ? 3 : S == 4 ? 2 : 1); /* log2 of the float4 columns a rank writes */
-  const int q4 = 1 << lq;
-#pragma unroll 4 /* several peers' round trips in flight a thread */
-  for (int u = ctid; u < (HM_HEADS << lq); u += 128) {
-    const int h = u >> lq, d = 4 * ((int)rank * q4 + (u & (q4 - 1)));
-    if (head0 + h >= H) continue;
+__device__ __forceinline__ void hm_merge_splits(__nv_bfloat16 *out, float *lse, int H, uint32_t s_u32, uint8_t *smem,
+                                                int64_t t, int head0, int ctid) {
+  const int rank = (int)ptx_cluster_ctarank();
+  float *wgt_s = (float *)(smem + HM_MW_OFF), *inv_s = wgt_s + HM_HEADS * 8;
+  const int c0 = rank * (MLA_V_DIM / 4) / S, nc = (rank + 1) * (MLA_V_DIM / 4) / S - c0;
+  if (ctid < HM_HEADS) {
+    const int h = ctid;
     float2 ml[S];
-    float4 ov[S];
 #pragma unroll
-    for (int r = 0; r < S; ++r) {
-      ml[r] = ptx_ld_cluster_f32x2(ptx_mapa(s_u32 + HM_ML_OFF + h * 8, r));
-      ov[r] = ptx_ld_cluster_f32x4(ptx_mapa(s_u32 + HM_OST_OFF + (h * HM_OST + d) * 4, r));
-    }
+    for (int r = 0; r < S; ++r) ml[r] = ptx_ld_cluster_f32x2(ptx_mapa(s_u32 + HM_ML_OFF, r) + h * 8);
     float M = -INFINITY;
 #pragma unroll
     for (int r = 0; r < S; ++r)
       if (ml[r].y > 0.f) M = fmaxf(M, ml[r].x);
     float L = 0.f;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-    for (int r = 0; r < S; ++r)
+    for (int r = 0; r < S; ++r) {
+      float wgt = -1.f;
       if (ml[r].y > 0.f) {
-        const float wgt = ptx_ex2(ml[r].x - M);
+        wgt = ptx_ex2(ml[r].x - M);
         L += wgt * ml[r].y;
-        acc.x += wgt * ov[r].x;
-        acc.y += wgt * ov[r].y;
-        acc.z += wgt * ov[r].z;
-        acc.w += wgt * ov[r].w;
       }
-    const float inv = L > 0.f ? 1.f / L : 0.f;
-    uint2 packed;
-    packed.x = ptx_f32x2_to_bf16x2(acc.x * inv, acc.y * inv);
-    packed.y = ptx_f32x2_to_bf16x2(acc.z * inv, acc.w * inv);
-    *(uint2 *)(p.io.out + ((t * H + head0 + h) * MLA_V_DIM + d)) = packed;
-    if (p.io.lse && d == 0) p.io.lse[t * H + head0 + h] = mla_lse(M, L);
+      wgt_s[h * 8 + r] = wgt;
+    }
+    inv_s[h] = L > 0.f ? 1.f / L : 0.f;
+    if (lse && c0 == 0 && head0 + h < H) lse[t * H + head0 + h] = mla_lse(M, L);
+  }
+  ptx_bar_sync(HM_BAR_MERGE, 256);
+  uint32_t peer[S];
+#pragma unroll
+  for (int r = 0; r < S; ++r) peer[r] = ptx_mapa(s_u32 + HM_OST_OFF, r);
+  constexpr int B = 16 / S > 0 ? 16 / S : 1; /* outputs a thread requests at once */
+  const int units = HM_HEADS * nc;
+  for (int u0 = ctid; u0 < units; u0 += 256 * B) {
+    float4 ov[B][S];
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+      const int u = u0 + 256 * b, h = u / nc, d = 4 * (c0 + u - h * nc);
+      if (u < units)
+#pragma unroll
+        for (int r = 0; r < S; ++r) ov[b][r] = ptx_ld_cluster_f32x4(peer[r] + (h * HM_OST + d) * 4);
+    }
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+      const int u = u0 + 256 * b, h = u / nc, d = 4 * (c0 + u - h * nc);
+      if (u >= units || head0 + h >= H) continue;
+      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int r = 0; r < S; ++r) {
+        const float wgt = wgt_s[h * 8 + r];
+        if (wgt >= 0.f) {
+          acc.x += wgt * ov[b][r].x;
+          acc.y += wgt * ov[b][r].y;
+          acc.z += wgt * ov[b][r].z;
+          acc.w += wgt * ov[b][r].w;
+        }
+      }
+      const float inv = inv_s[h];
+      uint2 packed;
+      packed.x = ptx_f32x2_to_bf16x2(acc.x * inv, acc.y * inv);
+      packed.y = ptx_f32x2_to_bf16x2(acc.z * inv, acc.w * inv);
+      *(uint2 *)(out + ((t * H + head0 + h) * MLA_V_DIM + d)) = packed;
+    }
   }
 }
 
+/* The FP8 kernels call the merge as a function of its own: inlined there, the seven sizes' code cost
+ * the chunk loops registers (spills 16 / 76 B -> 172 / 520) and the unsplit rows 3 % (H200
+ * 2026-12-05, 256 x 64 heads 207.2 -> 214.5 us); outlined, 24 / 24 B. The bf16 kernel, with registers to
+ * spare, keeps it inline: outlined, its unsplit rows lost 2-4 % (H100, 128 x 128 heads 166.6 -> 170.0). */
+template <int S>
+__device__ __noinline__ void hm_merge_splits_outlined(__nv_bfloat16 *out, float *lse, int H, uint32_t s_u32,
+                                                      uint8_t *smem, int64_t t, int head0, int ctid) {
+  hm_merge_splits<S>(out, lse, H, s_u32, smem, t, head0, ctid);
+}
+template <int S, bool OUTLINED>
+__device__ __forceinline__ void hm_merge_size(const hm_params &p, uint32_t s_u32, uint8_t *smem, int64_t t, int head0,
+                                              int ctid) {
+  if (OUTLINED) hm_merge_splits_outlined<S>(p.io.out, p.io.lse, p.num_heads, s_u32, smem, t, head0, ctid);
+  else hm_merge_splits<S>(p.io.out, p.io.lse, p.num_heads, s_u32, smem, t, head0, ctid);
+}
+
 /* A split CTA's end: the cluster's merge between two cluster barriers, which every thread of the CTA
- * joins; the threads of warpgroup 0 (merges, ctid its thread) merge. */
-__device__ __forceinline__ void hm_merge_cluster(const hm_params &p, uint32_t s_u32, int64_t t, int head0, bool merges,
-                                                 int ctid) {
+ * joins; the 256 consumer threads (merges, ctid their thread) merge. */
+template <bool OUTLINED>
+__device__ __forceinline__ void hm_merge_cluster(const hm_params &p, uint32_t s_u32, uint8_t *smem, int64_t t,
+                                                 int head0, bool merges, int ctid) {
   ptx_cluster_sync(); /* every CTA of the (token, group) has its (m, l, O) staged */
   if (merges) {
-    if (p.splits == 2) hm_merge_splits<2>(p, s_u32, t, head0, ctid);
-    else if (p.splits == 4) hm_merge_splits<4>(p, s_u32, t, head0, ctid);
-    else hm_merge_splits<8>(p, s_u32, t, head0, ctid);
+    switch (p.splits) {
+      case 2: hm_merge_size<2, OUTLINED>(p, s_u32, smem, t, head0, ctid); break;
+      case 3: hm_merge_size<3, OUTLINED>(p, s_u32, smem, t, head0, ctid); break;
+      case 4: hm_merge_size<4, OUTLINED>(p, s_u32, smem, t, head0, ctid); break;
+      case 5: hm_merge_size<5, OUTLINED>(p, s_u32, smem, t, head0, ctid); break;
+      case 6: hm_merge_size<6, OUTLINED>(p, s_u32, smem, t, head0, ctid); break;
+      case 7: hm_merge_size<7, OUTLINED>(p, s_u32, smem, t, head0, ctid); break;
+      default: hm_merge_size<8, OUTLINED>(p, s_u32, smem, t, head0, ctid); break;
+    }
   }
   ptx_cluster_sync(); /* peers may still read this CTA's staging */
 }
@@ -787,49 +844,58 @@ __device__ __forceinline__ void hm_produce_fp8(const hm_params &p, const int32_t
 
 /* Consumers (both warpgroups): Q, 64 heads x 72 chunks of 16 B (no swizzle), rows past H zero. FP8 KV:
  * Q times 2^-e_h, e_h putting the head's largest value in [2^14, 2^15): latent dims in f16 (exact for
- * bf16 input in range), rope dims bf16 (as the tile's rope); 2^e_h to qexp_s. */
+ * bf16 input in range), rope dims bf16 (as the tile's rope); 2^e_h to qexp_s. Warp w stages heads w,
+ * w + 8, ...: all eight heads' loads are issued before the first is used (one round trip to L2, not
+ * eight: 7.4-8.1 us of a wave's start went there, dev/attention_heads_as_m_trace). */
 template <bool FP8>
 __device__ __forceinline__ void hm_load_q(const hm_params &p, uint8_t *smem, float *qexp_s, int64_t t, int head0,
                                           int warp, int lane) {
+  constexpr int NH = HM_HEADS / 8; /* heads a warp stages */
   const int H = p.num_heads;
-  for (int hh = warp; hh < HM_HEADS; hh += 8) {
-    const int h = head0 + hh;
-    uint4 v[3];
-    float amax = 0.f;
+  uint4 v[NH][3];
+#pragma unroll
+  for (int j = 0; j < NH; ++j) {
+    const int h = head0 + warp + 8 * j;
 #pragma unroll
     for (int i = 0; i < 3; ++i) {
       const int c = lane + 32 * i;
-      v[i] = make_uint4(0, 0, 0, 0);
-      if (h < H && c < 72) v[i] = *(const uint4 *)(p.io.q + ((t * H + h) * MLA_QK_DIM + c * 8));
-      if (FP8) {
-        const uint32_t u[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+      v[j][i] = make_uint4(0, 0, 0, 0);
+      if (h < H && c < 72) v[j][i] = __ldg((const uint4 *)(p.io.q + ((t * H + h) * MLA_QK_DIM + c * 8)));
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < NH; ++j) {
+    const int hh = warp + 8 * j;
+    if (FP8) {
+      float amax = 0.f;
+#pragma unroll
+      for (int i = 0; i < 3; ++i) {
+        const uint32_t u[4] = {v[j][i].x, v[j][i].y, v[j][i].z, v[j][i].w};
 #pragma unroll
         for (int k = 0; k < 4; ++k)
           amax = fmaxf(amax, fmaxf(fabsf(__uint_as_float(u[k] << 16)), fabsf(__uint_as_float(u[k] & 0xFFFF0000u))));
       }
-    }
-    if (FP8) {
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
       const int e = amax > 0.f ? max(min(hm_ilogb(amax) - 14, 100), -100) : 0;
       const float f = hm_pow2(-e);
 #pragma unroll
       for (int i = 0; i < 3; ++i) {
-        const uint32_t u[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+        const uint32_t u[4] = {v[j][i].x, v[j][i].y, v[j][i].z, v[j][i].w};
         uint32_t r[4];
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const float lo = __uint_as_float(u[k] << 16) * f, hi = __uint_as_float(u[k] & 0xFFFF0000u) * f;
           r[k] = lane + 32 * i < 64 ? ptx_f32x2_to_f16x2(lo, hi) : ptx_f32x2_to_bf16x2(lo, hi); /* rope: bf16 */
         }
-        v[i] = make_uint4(r[0], r[1], r[2], r[3]);
+        v[j][i] = make_uint4(r[0], r[1], r[2], r[3]);
       }
       if (lane == 0) qexp_s[hh] = hm_pow2(e);
     }
 #pragma unroll
     for (int i = 0; i < 3; ++i) {
       const int c = lane + 32 * i;
-      if (c < 72) *(uint4 *)(smem + HM_Q_OFF + (hh >> 3) * HM_RG + c * 128 + (hh & 7) * 16) = v[i];
+      if (c < 72) *(uint4 *)(smem + HM_Q_OFF + (hh >> 3) * HM_RG + c * 128 + (hh & 7) * 16) = v[j][i];
     }
   }
 }
@@ -919,7 +985,7 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_pa
       ptx_setmaxnreg_dec<HM_REG_PRODUCER(true)>();
       hm_produce_fp8(p, idx_row, end, n, tile_u32, ring, valid_s, colf_s, w, lane);
     }
-    if (p.splits > 1) hm_merge_cluster(p, s_u32, t, head0, false, tid); /* its barriers count every thread */
+    if (p.splits > 1) hm_merge_cluster<FP8>(p, s_u32, smem, t, head0, false, tid); /* joins the barriers only */
     return;
   }
 
@@ -944,15 +1010,15 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_pa
   if (SEESAW) {
     ptx_setmaxnreg_inc<HM_REG_SEESAW>(); /* both: an O half, S and the softmax */
     hm_consume_seesaw<FP8>(p, x, cw, warp & 3, lane);
-    if (p.splits > 1) hm_merge_cluster(p, s_u32, t, head0, cw == 0, tid); /* warpgroup 1 only joins the barriers */
+    if (p.splits > 1) hm_merge_cluster<FP8>(p, s_u32, smem, t, head0, true, tid);
   } else if (cw == 0) {
     ptx_setmaxnreg_inc<HM_REG_QK(FP8)>(); /* O half, S and the softmax */
     hm_consume_qk<FP8>(p, x, warp & 3, lane);
-    if (p.splits > 1) hm_merge_cluster(p, s_u32, t, head0, true, tid);
+    if (p.splits > 1) hm_merge_cluster<FP8>(p, s_u32, smem, t, head0, true, tid);
   } else {
     if (HM_REG_PV(FP8) > 168) ptx_setmaxnreg_inc<(HM_REG_PV(FP8) > 168 ? HM_REG_PV(FP8) : 168)>();
     hm_consume_pv<FP8>(p, x, warp & 3, lane);
-    if (p.splits > 1) hm_merge_cluster(p, s_u32, t, head0, false, tid);
+    if (p.splits > 1) hm_merge_cluster<FP8>(p, s_u32, smem, t, head0, true, tid);
   }
 }
 

@@ -626,9 +626,9 @@ __device__ __forceinline__ void rm_stage_partials(const rm_smem &m, int warp, in
 }
 
 /* Every thread, between two cluster barriers: merge the splits through distributed shared memory in
- * rank order (one split: its own normalisation). Rank r writes dims [r * 512 / S, (r + 1) * 512 / S)
- * of every head; each thread requests all peers' (m, l) and O pieces at once (a round trip each over
- * the SM-to-SM network), then combines them. */
+ * rank order (one split: its own normalisation). Rank r of S (any S up to 8) writes the 4-dim columns
+ * [128 r / S, 128 (r + 1) / S) of every head; each thread requests all peers' (m, l) and O pieces at
+ * once (a round trip each over the SM-to-SM network), then combines them. */
 template <int HN, bool FP8>
 __device__ __forceinline__ void rm_merge_splits(const rm_params &p, const rm_smem &m, int64_t t, int head0, int tid) {
   typedef rm_cfg<HN, FP8> C;
@@ -636,11 +636,11 @@ __device__ __forceinline__ void rm_merge_splits(const rm_params &p, const rm_sme
   const int S = p.splits;
   const uint32_t rank = ptx_cluster_ctarank();
   const uint32_t ml_u32 = ptx_smem_u32(m.ml_s), ost_u32 = ptx_smem_u32(m.ost_s);
-  const int lq = 7 - (S == 8 ? 3 : S == 4 ? 2 : S == 2 ? 1 : 0); /* log2 of the float4 columns a rank writes */
-  const int q4 = 1 << lq;
-  const int units = HN << lq;
+  const int c0 = (int)rank * (MLA_V_DIM / 4) / S;                   /* this rank's first float4 column */
+  const int nc = ((int)rank + 1) * (MLA_V_DIM / 4) / S - c0;        /* and how many (S divides 128 or not) */
+  const int units = HN * nc;
   for (int u = tid; u < units; u += C::THREADS) {
-    const int h = u >> lq, col = u & (q4 - 1), d = 4 * ((int)rank * q4 + col);
+    const int h = u / nc, d = 4 * (c0 + u - h * nc);
     if (head0 + h >= H) continue;
     float2 ml[RM_MAX_CLUSTER];
     float4 ov[RM_MAX_CLUSTER];
