@@ -208,6 +208,11 @@ static const mla_case k_mla_cases[] = {
      .seed = 423},
     {.name = "sparse MLA H16 bf16 kv_stride 576, T40 topk2048", .H = 16, .T = 40, .topk = 2048, .fmt = DSA_KV_BF16,
      .kv_stride = 576, .q_amp = 1.0, .num_slots = 20000, .seed = 424},
+    /* rows_as_m with its splits in a cluster of 3 (DSA_KERNEL=attention:rows_as_m: 32 tokens x 16 heads
+     * go 3 ways where clusters of 3 keep 96 CTAs resident, each rank merging a third of the dims) */
+    {.name = "sparse MLA H16 fp8 (stored) T32 topk2048, lens", .H = 16, .T = 32, .topk = 2048,
+     .fmt = DSA_KV_FP8_PACKED, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0, .num_slots = 20000,
+     .check_determinism = 1, .seed = 427},
     /* one head at batch: heads_as_m's tile 63 rows of padding (bf16), rows_as_m (FP8) */
     {.name = "sparse MLA H1 bf16 kv_stride 640, T48 topk2048, lens", .H = 1, .T = 48, .topk = 2048,
      .fmt = DSA_KV_BF16, .kv_stride = 640, .lens_given = 1, .all_invalid_token = 1, .q_amp = 2.0,

@@ -343,45 +343,47 @@ static void test_sm_count(void) {
 }
 
 /* Which attention kernel a call runs: the per-shape choice (heads_as_m for > 32 heads once tokens x
- * ceil(heads / 64) >= 8, at 17 to 32 heads from 16 tokens (bf16 KV) or 20 (packed FP8), at <= 16 heads
- * on bf16 from 20; rows_as_m for packed FP8 at <= 16 heads from 34 tokens, and from 24 while 4 splits
- * a token fit one wave of clusters of 4; else mma_split), DSA_KERNEL overriding it; rows_as_m and
- * heads_as_m plans take no workspace (rows_as_m even when it splits). The device is an H100 SXM's:
- * 132 SMs, clusters of 4 and 8 keeping 120 CTAs (c4 overrides the 4s). Kernels by their
- * dsa_attention_kernel: 1 mma_split, 2 rows_as_m, 3 heads_as_m. */
+ * ceil(heads / 64) >= 6 on packed FP8 KV, 8 on bf16; at 17 to 32 heads from 16 tokens; at <= 16 heads
+ * on bf16 from 20; rows_as_m for packed FP8 at <= 16 heads from 20 tokens; else mma_split), DSA_KERNEL
+ * overriding it; rows_as_m and heads_as_m plans take no workspace (rows_as_m even when it splits). The
+ * device is an H100 SXM's: 132 SMs, clusters of 4 and 8 keeping 120 CTAs (c4 overrides the 4s: the
+ * choice does not depend on it). Kernels by their dsa_attention_kernel: 1 mma_split, 2 rows_as_m,
+ * 3 heads_as_m. */
 static void test_mla_kernel_choice(void) {
   static const struct {
     int tokens, heads, fp8, sms, want, c4;
   } cases[] = {
-      {64, 16, 1, 132, 2},  {32, 64, 1, 132, 3},  {7, 64, 1, 132, 1},   {8, 64, 1, 132, 3},
-      {64, 64, 1, 132, 3},  {64, 64, 0, 132, 3},  {1, 16, 1, 132, 1},   {23, 16, 1, 132, 1},
-      {32, 16, 1, 132, 1},  {3, 128, 1, 132, 1},  {4, 128, 1, 132, 3},  {30, 128, 1, 132, 3},
-      {256, 64, 1, 132, 3}, {4096, 128, 0, 132, 3}, {264, 32, 1, 132, 3}, {265, 32, 1, 132, 3},
-      {1000, 32, 0, 132, 3}, {64, 16, 0, 132, 3}, {64, 16, 1, 16, 2},  {8, 64, 1, 16, 3},
-      {1, 128, 0, 132, 1},  {7, 64, 0, 132, 1},  {4096, 16, 1, 132, 2}, {4096, 8, 1, 132, 2},
-      {4096, 16, 0, 132, 3}, {19, 16, 0, 132, 1}, {20, 16, 0, 132, 3}, {19, 8, 0, 132, 1},
-      {4096, 8, 0, 132, 3}, {15, 32, 0, 132, 1}, {16, 32, 0, 132, 3}, {16, 17, 0, 132, 3},
-      {16, 16, 0, 132, 1},  {1, 32, 0, 132, 1},  {24, 16, 1, 132, 2}, {30, 16, 1, 132, 2},
-      {33, 16, 1, 132, 1},  {34, 16, 1, 132, 2}, {39, 16, 1, 132, 2}, {30, 8, 1, 132, 2},
-      {32, 8, 1, 132, 1},   {19, 32, 1, 132, 1}, {20, 32, 1, 132, 3}, {20, 17, 1, 132, 3},
-      {512, 32, 1, 132, 3}, {16, 32, 1, 132, 1}, {40, 1, 1, 132, 2},  {24, 1, 1, 132, 2},
-      {32, 16, 1, 132, 2, 128}, {24, 16, 1, 132, 1, 66}, {34, 16, 1, 132, 2, 66},
+      {64, 16, 1, 132, 2},  {32, 64, 1, 132, 3},  {5, 64, 1, 132, 1},   {6, 64, 1, 132, 3},
+      {7, 64, 1, 132, 3},   {8, 64, 1, 132, 3},   {64, 64, 1, 132, 3},  {64, 64, 0, 132, 3},
+      {1, 16, 1, 132, 1},   {19, 16, 1, 132, 1},  {20, 16, 1, 132, 2},  {23, 16, 1, 132, 2},
+      {32, 16, 1, 132, 2},  {2, 128, 1, 132, 1},  {3, 128, 1, 132, 3},  {4, 128, 1, 132, 3},
+      {30, 128, 1, 132, 3}, {256, 64, 1, 132, 3}, {4096, 128, 0, 132, 3}, {264, 32, 1, 132, 3},
+      {265, 32, 1, 132, 3}, {1000, 32, 0, 132, 3}, {64, 16, 0, 132, 3}, {64, 16, 1, 16, 2},
+      {8, 64, 1, 16, 3},    {1, 128, 0, 132, 1},  {7, 64, 0, 132, 1},   {8, 64, 0, 132, 3},
+      {3, 128, 0, 132, 1},  {4, 128, 0, 132, 3},  {4096, 16, 1, 132, 2}, {4096, 8, 1, 132, 2},
+      {4096, 16, 0, 132, 3}, {19, 16, 0, 132, 1}, {20, 16, 0, 132, 3},  {19, 8, 0, 132, 1},
+      {4096, 8, 0, 132, 3}, {15, 32, 0, 132, 1},  {16, 32, 0, 132, 3},  {16, 17, 0, 132, 3},
+      {16, 16, 0, 132, 1},  {1, 32, 0, 132, 1},   {24, 16, 1, 132, 2},  {30, 16, 1, 132, 2},
+      {33, 16, 1, 132, 2},  {34, 16, 1, 132, 2},  {39, 16, 1, 132, 2},  {30, 8, 1, 132, 2},
+      {32, 8, 1, 132, 2},   {19, 8, 1, 132, 1},   {15, 32, 1, 132, 1},  {16, 32, 1, 132, 3},
+      {19, 32, 1, 132, 3},  {16, 17, 1, 132, 3},  {512, 32, 1, 132, 3}, {40, 1, 1, 132, 2},
+      {24, 1, 1, 132, 2},   {32, 16, 1, 132, 2, 128}, {24, 16, 1, 132, 2, 66}, {20, 16, 1, 132, 2, 30},
   };
   dsa_choose_override(NULL);
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     const dsa_sparse_mla_args a =
         mla_args(cases[i].tokens, cases[i].heads, cases[i].fp8 ? DSA_KV_FP8_PACKED : DSA_KV_BF16);
     const int c4 = cases[i].c4 ? cases[i].c4 : 120;
-    g_dsa_stub.cluster_ctas[0] = cases[i].sms;
-    g_dsa_stub.cluster_ctas[1] = c4 < cases[i].sms ? c4 : cases[i].sms;
-    g_dsa_stub.cluster_ctas[2] = 120 < cases[i].sms ? 120 : cases[i].sms;
+    g_dsa_stub.cluster_ctas[2] = cases[i].sms;
+    g_dsa_stub.cluster_ctas[4] = c4 < cases[i].sms ? c4 : cases[i].sms;
+    g_dsa_stub.cluster_ctas[8] = 120 < cases[i].sms ? 120 : cases[i].sms;
     size_t bound;
     const dsa_status st = mla_call(&a, cases[i].sms, &bound);
     char name[200];
     static const char *const kname[4] = {"?", "mma_split", "rows_as_m", "heads_as_m"};
     snprintf(name, sizeof name,
              "attention kernel for %d tokens x %d heads, %s KV, %d SMs, clusters of 4 keeping %d CTAs: %s",
-             cases[i].tokens, cases[i].heads, cases[i].fp8 ? "FP8" : "bf16", cases[i].sms, g_dsa_stub.cluster_ctas[1],
+             cases[i].tokens, cases[i].heads, cases[i].fp8 ? "FP8" : "bf16", cases[i].sms, g_dsa_stub.cluster_ctas[4],
              kname[cases[i].want]);
     const int got = g_dsa_stub.mla_kernel;
     check(st == DSA_OK && g_dsa_stub.violations == 0 && got == cases[i].want, name, "status %lld, got kernel %lld",
@@ -476,9 +478,9 @@ static void test_mla_kernel_choice(void) {
   for (size_t i = 0; i < sizeof vcs / sizeof vcs[0]; i++) {
     const int rows = vcs[i].kernel == DSA_ATTN_ROWS_AS_M;
     dsa_choose_override(rows ? "attention:rows_as_m" : "attention:heads_as_m");
-    g_dsa_stub.cluster_ctas[0] = 132;
-    g_dsa_stub.cluster_ctas[1] = vcs[i].c4;
-    g_dsa_stub.cluster_ctas[2] = vcs[i].c8;
+    g_dsa_stub.cluster_ctas[2] = 132;
+    g_dsa_stub.cluster_ctas[4] = vcs[i].c4;
+    g_dsa_stub.cluster_ctas[8] = vcs[i].c8;
     const dsa_sparse_mla_args b = mla_args(vcs[i].tokens, vcs[i].heads, DSA_KV_FP8_PACKED);
     size_t bound;
     const dsa_status st = mla_call(&b, 132, &bound);
@@ -486,6 +488,29 @@ static void test_mla_kernel_choice(void) {
     snprintf(name, sizeof name, "%s splits for %d tokens x %d heads, clusters of 4 / 8 keeping %d / %d CTAs: %d",
              rows ? "rows_as_m" : "heads_as_m", vcs[i].tokens, vcs[i].heads, vcs[i].c4, vcs[i].c8, vcs[i].splits);
     check(st == DSA_OK && g_dsa_stub.mla_kernel == vcs[i].kernel && g_dsa_stub.mla_splits == vcs[i].splits &&
+              g_dsa_stub.mla_need == 0,
+          name, "kernel %lld, splits %lld", g_dsa_stub.mla_kernel, g_dsa_stub.mla_splits);
+  }
+  /* rows_as_m and heads_as_m merge a cluster of any size: with every size resident (an example device:
+   * 132 / 129 / 120 / 130 / 126 / 126 / 120 CTAs in clusters of 2..8), 32 tokens x 16 heads split 3
+   * ways (96 CTAs, 11 chunks each, one wave) where 4 would take two waves; heads_as_m at 24 x 64 heads
+   * 5 ways (120 CTAs of 7 chunks), at 40 x 64 3 ways (120 of 11) */
+  static const int example[9] = {0, 0, 132, 129, 120, 130, 126, 126, 120};
+  memcpy(g_dsa_stub.cluster_ctas, example, sizeof example);
+  static const struct {
+    int kernel, tokens, heads, splits;
+  } vas[] = {{DSA_ATTN_ROWS_AS_M, 32, 16, 3}, {DSA_ATTN_ROWS_AS_M, 20, 16, 6}, {DSA_ATTN_ROWS_AS_M, 64, 16, 2},
+             {DSA_ATTN_HEADS_AS_M, 24, 64, 5}, {DSA_ATTN_HEADS_AS_M, 40, 64, 3}};
+  for (size_t i = 0; i < sizeof vas / sizeof vas[0]; i++) {
+    const int rows = vas[i].kernel == DSA_ATTN_ROWS_AS_M;
+    dsa_choose_override(rows ? "attention:rows_as_m" : "attention:heads_as_m");
+    const dsa_sparse_mla_args b = mla_args(vas[i].tokens, vas[i].heads, DSA_KV_FP8_PACKED);
+    size_t bound;
+    const dsa_status st = mla_call(&b, 132, &bound);
+    char name[200];
+    snprintf(name, sizeof name, "%s splits for %d tokens x %d heads, every cluster size resident: %d",
+             rows ? "rows_as_m" : "heads_as_m", vas[i].tokens, vas[i].heads, vas[i].splits);
+    check(st == DSA_OK && g_dsa_stub.mla_kernel == vas[i].kernel && g_dsa_stub.mla_splits == vas[i].splits &&
               g_dsa_stub.mla_need == 0,
           name, "kernel %lld, splits %lld", g_dsa_stub.mla_kernel, g_dsa_stub.mla_splits);
   }

@@ -248,8 +248,9 @@ void dsa_choose_topk(dsa_topk_params *p) {
 /* ---- stage 3: sparse MLA attention ----------------------------------------------------------- */
 
 /* heads_as_m (64 heads a CTA, split over a cluster below a wave) runs for more than 32 heads once
- * tokens x ceil(heads / 64) >= 8 units: 8 such units (a cluster of 8 each) beat mma_split at 64
- * heads (28 against 32 us), fewer lost to it; below 33 heads its 64-head tile is mostly padding.
+ * tokens x ceil(heads / 64) reaches 6 units on packed FP8 KV, 8 on bf16; fewer lose to mma_split (FP8
+ * 64 heads, H100 2026-12-05, heads_as_m / mma_split: 4 tokens 26.5 / 25.9 us, 6 26.8 / 30.7, 8 26.9 /
+ * 34.5); below 33 heads its 64-head tile is mostly padding.
  * seesaw (heads_as_m's CTAs with two consumer warpgroups alternating chunks; packed FP8 KV converted
  * first, every slot into the workspace as f16 tile rows) is slower at every shape measured (bf16 KV,
  * H200 2026-12-05: 128 x 128 decode 220.3 against 156.5 us, prefill 4096 x 128 5.94 against 4.84 ms;
@@ -257,48 +258,48 @@ void dsa_choose_topk(dsa_topk_params *p) {
  * it. Its choice must not depend on the device (the workspace bound asks for a device of
  * DSA_PLAN_MAX_SMS SMs). */
 #define HEADS_AS_M_MIN_HEADS 33
-#define HEADS_AS_M_MIN_UNITS 8
-/* At <= 32 heads the wgmma kernels pass mma_split from about 20 tokens, once their splits are planned
- * on the clusters the device keeps resident (dsa_device_info.cluster_ctas; before that, 2026-12-05,
- * these thresholds were 40 tokens): heads_as_m on bf16 KV and at 17 to 32 heads (its 64-row tile at
- * least a quarter full), rows_as_m on packed FP8 at <= 16 heads (rows_as_m has no bf16 gain: the GLM
- * chunk 4,481 us against heads_as_m's 2,096). H100 2026-12-05, decode over 8k, topk 2048, us, every row
- * --check ok (docs/bench/attn-crossover-h100-2026-12-05/):
- *   bf16 16 heads, mma_split / heads_as_m, tokens 16 / 20 / 24 / 32 / 40:
- *     23.7 / 27.1   33.7 / 30.0   39.2 / 32.7   47.2 / 47.7   58.2 / 50.3
- *   bf16 32 heads, tokens 8 / 16 / 24: 19.3 / 20.6   33.1 / 29.0   - / 34.9
- *   FP8 32 heads, mma_split / heads_as_m, tokens 16 / 20 / 24 / 32 / 40:
- *     34.4 / 37.1   45.8 / 37.6   51.7 / 37.9   61.3 / 62.1   78.2 / 63.7
- *   FP8 16 heads, mma_split / rows_as_m, tokens 24 / 30 / 32 / 33 / 34 / 40:
- *     40.4 / 32.9   48.7 / 34.3   49.5 / 53.7   50.0 / 53.9   61.8 / 53.9   63.6 / 54.4 (8 heads alike)
+#define HEADS_AS_M_MIN_UNITS 8     /* bf16 KV */
+#define HEADS_AS_M_MIN_UNITS_FP8 6 /* packed FP8 KV */
+/* At <= 32 heads the wgmma kernels pass mma_split from 16-20 tokens, their splits planned on the
+ * clusters of any size 1-8 the device keeps resident (dsa_device_info.cluster_ctas): heads_as_m on
+ * bf16 KV and at 17 to 32 heads (its 64-row tile at least a quarter full), rows_as_m on packed FP8 at
+ * <= 16 heads (rows_as_m has no bf16 gain: the GLM chunk 4,481 us against heads_as_m's 2,096). H100
+ * 2026-12-05, decode over 8k, topk 2048, us, every row --check ok
+ * (docs/bench/attn-merge-h100-2026-12-05/):
+ *   FP8 16 heads, mma_split / rows_as_m, tokens 16 / 20 / 24 / 32 / 36 / 40:
+ *     25.8 / 27.0   34.4 / 30.1   39.9 / 32.8   49.6 / 41.4   62.8 / 42.2   63.2 / 54.6
+ *   FP8 8 heads, tokens 16 / 20 / 32: 24.5 / 26.4   32.3 / 29.4   46.9 / 40.9
+ *   FP8 32 heads, mma_split / heads_as_m, tokens 12 / 16 / 20: 27.0 / 27.6   34.5 / 32.9   45.5 / 35.7
+ *   bf16 16 heads, mma_split / heads_as_m, tokens 16 / 20 / 24: 23.5 / 29.5   33.8 / 34.8   39.1 / 37.9
+ *     (heads_as_m's merge outlined there; inline, as shipped, see PERF)
+ *   bf16 32 heads, tokens 8 / 12 / 16: 19.5 / 22.9   24.0 / 24.2   33.0 / 29.7
  *   the GLM chunk (4096 tokens at 128k), bf16, 8 / 16 heads: 2,937 / 2,053 and 3,001 / 2,119
- * rows_as_m at 16 heads splits each token 4 ways while that fits one wave of clusters of 4 (120 CTAs on
- * an H100: 30 tokens), then 2 ways (16 chunks a CTA): from 32 to 33 tokens mma_split, whose plan
- * narrows at 34, is ahead. H200 (2026-12-05, before the cluster plans), bf16, mma_split / heads_as_m:
- * 16 heads 64 / 512 / 4096 tokens 71.7 / 50.9, 471.7 / 314.9, 3,583 / 2,498. The crossovers above are
- * the H100's, not yet rerun on the H200. */
+ * Before the splits took any cluster size (rows_as_m 2 ways at 32-33 tokens: 53.7 us) the FP8 rule
+ * at <= 16 heads needed 34 tokens or four splits a token in one wave of clusters of 4. */
 #define WIDE_HEADS 17                  /* 17 to 32 heads: heads_as_m's tile at least a quarter full */
 #define BF16_WIDE_HEADS_AS_M_TOKENS 16 /* bf16 KV at 17 to 32 heads */
-#define HEADS_AS_M_TOKENS 20           /* FP8 KV at 17 to 32 heads, bf16 at <= 16 */
-#define ROWS_AS_M_TOKENS 24            /* FP8 KV at <= 16 heads, while 4 splits a token fit a wave ... */
-#define ROWS_AS_M_ANY_TOKENS 34        /* ... and from here whatever its split */
+#define FP8_WIDE_HEADS_AS_M_TOKENS 16  /* packed FP8 KV at 17 to 32 heads */
+#define HEADS_AS_M_TOKENS 20           /* bf16 KV at <= 16 heads */
+#define ROWS_AS_M_TOKENS 20            /* packed FP8 KV at <= 16 heads */
 
 int dsa_choose_attention(const dsa_sparse_mla_args *a, const dsa_device_info *dev) {
+  (void)dev; /* the plans use its clusters; the choice does not */
   const int forced = override_get()->attention;
   if (forced) return forced;
+  const int bf16 = a->kv_format == DSA_KV_BF16;
   /* heads_as_m: decode 128 x 128 heads FP8 221.6 us (mma_split 514), 256 x 64 233.6; prefill
    * 4096 x 128 heads 6.34 ms (mma_split 15.5) */
   const int64_t units = (int64_t)a->num_tokens * ((a->num_heads + 63) / 64);
-  if (a->num_heads >= HEADS_AS_M_MIN_HEADS && units >= HEADS_AS_M_MIN_UNITS) return DSA_ATTN_HEADS_AS_M;
-  const int bf16 = a->kv_format == DSA_KV_BF16;
+  if (a->num_heads >= HEADS_AS_M_MIN_HEADS && units >= (bf16 ? HEADS_AS_M_MIN_UNITS : HEADS_AS_M_MIN_UNITS_FP8))
+    return DSA_ATTN_HEADS_AS_M;
   const int64_t t = a->num_tokens;
-  if (a->num_heads >= WIDE_HEADS) /* 17 to 32 heads (more have fewer than 8 tokens here: mma_split) */
-    return t >= (bf16 ? BF16_WIDE_HEADS_AS_M_TOKENS : HEADS_AS_M_TOKENS) ? DSA_ATTN_HEADS_AS_M : DSA_ATTN_MMA_SPLIT;
+  if (a->num_heads >= WIDE_HEADS) /* 17 to 32 heads (more have fewer than 6 tokens here: mma_split) */
+    return t >= (bf16 ? BF16_WIDE_HEADS_AS_M_TOKENS : FP8_WIDE_HEADS_AS_M_TOKENS) ? DSA_ATTN_HEADS_AS_M
+                                                                                  : DSA_ATTN_MMA_SPLIT;
   if (bf16) return t >= HEADS_AS_M_TOKENS ? DSA_ATTN_HEADS_AS_M : DSA_ATTN_MMA_SPLIT;
   /* rows_as_m: also GLM's 4096-token chunk at 16 heads (128k), FP8, 3.06 ms against mma_split's 4.26
    * (heads_as_m 3.16, H200) */
-  if (t >= ROWS_AS_M_ANY_TOKENS || (t >= ROWS_AS_M_TOKENS && 4 * t <= dev->cluster_ctas[2]))
-    return DSA_ATTN_ROWS_AS_M;
+  if (t >= ROWS_AS_M_TOKENS) return DSA_ATTN_ROWS_AS_M;
   /* mma_split: one token and small batches (decode 1 token x 16 / 64 / 128 heads 11.4 / 13.6 /
    * 17.2 us, the index list split over CTAs and combined) */
   return DSA_ATTN_MMA_SPLIT;

@@ -1,8 +1,8 @@
 /*
  * device.c — the CUDA runtime facts the host layer needs: the current device's SM count and compute
- * capability, and for the attention plans how many CTAs clusters of 2, 4 and 8 keep resident (each
- * cached per device, the clusters asked only once a call needs them: cudaGetDevice is cheap,
- * attribute and occupancy queries less so), and how to name a CUDA error. The only file
+ * capability, and for the attention plans how many CTAs clusters of 2 to 8 keep resident (each cached
+ * per device, the clusters asked only once a call needs them: cudaGetDevice is cheap, attribute and
+ * occupancy queries less so), and how to name a CUDA error. The only file
  * of the host layer that calls the CUDA runtime (the cluster count asks through a probe kernel,
  * common/cluster_probe.cu).
  */
@@ -17,28 +17,29 @@
 /* Per device: 0 = not asked yet, else (cc_major << 24 | cc_minor << 16 | num_sms) + 1. Atomics,
  * since calls may come from several host threads; a race only repeats the same query. */
 static _Atomic int g_facts[DSA_MAX_DEVICES];
-/* Per device: 0 = not asked yet, else CTAs resident in clusters of 2 | of 4 << 16 | of 8 << 32 | 1 << 48. */
-static _Atomic unsigned long long g_cluster_ctas[DSA_MAX_DEVICES];
+/* Per device: the CTAs clusters of s = 2..8 keep resident ([s]), valid once ready is 1 (written before
+ * it, read after it). */
+static _Atomic int g_cluster_ctas[DSA_MAX_DEVICES][9];
+static _Atomic int g_cluster_ready[DSA_MAX_DEVICES];
 
-/* CTAs clusters of 2, 4 and 8 keep resident on a device of `sms` SMs, packed as g_cluster_ctas: asked
- * of the occupancy calculator through the probe (sm_90 only: the probe's one image); where it cannot
- * answer, a wave of clusters of 4 or 8 is taken as half the SMs (the bound measured before the query:
- * 128 CTAs in clusters of 4 or 8 took two waves' time, 64 one). *keep = 0 when an error was pending
- * in the runtime (not asked: asked again at the next query). */
-static unsigned long long cluster_ctas(int sms, int sm90, int *keep) {
-  unsigned long long packed = 1ull << 48;
-  *keep = 1;
-  for (int i = 0; i < 3; ++i) {
-    const int s = 2 << i;
+/* CTAs clusters of s = 2..8 keep resident on a device of `sms` SMs, into ctas[s]: asked of the occupancy
+ * calculator through the probe (sm_90 only: the probe's one image); where it cannot answer, a wave of
+ * clusters of more than 2 is taken as half the SMs (the bound measured before the query: 128 CTAs in
+ * clusters of 4 or 8 took two waves' time, 64 one). Returns 0 when an error was pending in the runtime
+ * (not asked: the answer is not kept, and asked again at the next query). */
+static int cluster_ctas(int sms, int sm90, int ctas[9]) {
+  int keep = 1;
+  ctas[0] = ctas[1] = sms;
+  for (int s = 2; s <= 8; ++s) {
     int clusters = 0;
     const int err = sm90 ? dsa_cluster_probe(s, &clusters) : 1;
-    if (err == DSA_PROBE_ERROR_PENDING) *keep = 0;
-    long long ctas = err == 0 && clusters > 0 ? (long long)clusters * s : s == 2 ? sms : sms / 2;
-    if (ctas > sms) ctas = sms;
-    if (ctas < s) ctas = s;
-    packed |= (unsigned long long)(ctas & 0xffff) << (16 * i);
+    if (err == DSA_PROBE_ERROR_PENDING) keep = 0;
+    long long c = err == 0 && clusters > 0 ? (long long)clusters * s : s == 2 ? sms : sms / 2;
+    if (c > sms) c = sms;
+    if (c < s) c = s;
+    ctas[s] = (int)c;
   }
-  return packed;
+  return keep;
 }
 
 int dsa_device_query(dsa_device_info *info) {
@@ -67,14 +68,15 @@ int dsa_device_query(dsa_device_info *info) {
 
 void dsa_device_clusters(dsa_device_info *info) {
   const int dev = info->ordinal, slot = dev >= 0 && dev < DSA_MAX_DEVICES;
-  unsigned long long c = slot ? atomic_load_explicit(&g_cluster_ctas[dev], memory_order_relaxed) : 0;
-  if (c == 0) {
-    int keep = 0;
-    c = cluster_ctas(info->num_sms, info->cc_major == 9 && info->cc_minor == 0, &keep);
-    if (keep && slot) atomic_store_explicit(&g_cluster_ctas[dev], c, memory_order_relaxed);
+  if (slot && atomic_load_explicit(&g_cluster_ready[dev], memory_order_acquire)) {
+    for (int s = 0; s <= 8; ++s) info->cluster_ctas[s] = atomic_load_explicit(&g_cluster_ctas[dev][s], memory_order_relaxed);
+  } else {
+    const int keep = cluster_ctas(info->num_sms, info->cc_major == 9 && info->cc_minor == 0, info->cluster_ctas);
+    if (keep && slot) { /* a race stores the same answer twice */
+      for (int s = 0; s <= 8; ++s) atomic_store_explicit(&g_cluster_ctas[dev][s], info->cluster_ctas[s], memory_order_relaxed);
+      atomic_store_explicit(&g_cluster_ready[dev], 1, memory_order_release);
+    }
   }
-  info->cluster_ctas[0] = info->num_sms;
-  for (int i = 0; i < 3; ++i) info->cluster_ctas[i + 1] = (int)((c >> (16 * i)) & 0xffff);
 }
 
 int dsa_cuda_error_is_no_device(int err) {

@@ -198,22 +198,21 @@ static dsa_attention_plan mla_plan_unsplit(const dsa_sparse_mla_args *a, int ker
 /* CTAs a wave of clusters of s holds on the device (dsa_device_info.cluster_ctas: a cluster's CTAs share
  * a GPC, so clusters of 4 and 8 leave SMs idle); a caller's info without them: the SMs. */
 static int64_t mla_cluster_wave(const dsa_device_info *dev, int s) {
-  const int i = s <= 1 ? 0 : s == 2 ? 1 : s == 4 ? 2 : 3;
   const int64_t sms = dev->num_sms > 0 ? dev->num_sms : 1;
-  const int64_t w = dev->cluster_ctas[i];
+  const int64_t w = s >= 1 && s <= 8 ? dev->cluster_ctas[s] : 0;
   return w >= s && w <= sms ? w : sms;
 }
 
-/* rows_as_m and heads_as_m split a (token, head group)'s chunks over a cluster of s = 1, 2, 4 or 8 CTAs (no
- * workspace): the cheapest s by `cost` (wave: CTAs of clusters of s resident at once) while each is a real
- * split. */
+/* rows_as_m and heads_as_m split a (token, head group)'s chunks over a cluster of s = 1 to 8 CTAs (no
+ * workspace; their merges give each rank a share of the 512 dims, however many): the cheapest s by
+ * `cost` (wave: CTAs of clusters of s resident at once; the smaller s on a tie) among real splits. */
 typedef int64_t (*mla_cluster_cost)(int64_t units, int s, int bps, int64_t wave);
 static void mla_pick_cluster_split(dsa_attention_plan *pl, int64_t units, const dsa_device_info *dev,
                                    mla_cluster_cost cost_of) {
   int64_t best_cost = INT64_MAX;
-  for (int s = 1; s <= 8; s *= 2) {
+  for (int s = 1; s <= 8; ++s) {
     const int bps = (pl->num_blocks + s - 1) / s;
-    if (s > 1 && (pl->num_blocks + bps - 1) / bps != s) break; /* fewer real splits than s */
+    if (s > 1 && (pl->num_blocks + bps - 1) / bps != s) continue; /* fewer real splits than s */
     const int64_t cost = cost_of(units, s, bps, mla_cluster_wave(dev, s));
     if (cost < best_cost) {
       best_cost = cost;
@@ -224,11 +223,14 @@ static void mla_pick_cluster_split(dsa_attention_plan *pl, int64_t units, const 
 }
 
 /* What a wave of rows_as_m or heads_as_m CTAs costs besides its chunks, in chunk times: the CTAs' setup
- * (Q staged, the ring's first fill), the cluster's merge and the epilogue. Fitted on an H100 (2026-12-05,
- * FP8 KV, decode over 8k, topk 2048, the split chosen by the token count; waves of 120 CTAs in clusters of
- * 4 or 8, 132 of 2): heads_as_m, 64 heads, one wave of 4 / 8 / 16 chunks a CTA 29.2 / 40.5 / 67.9 us,
- * three waves of 4 85.6: about 2.9 us a chunk and 18 a wave, 6 chunks; rows_as_m, 16 heads, one wave of
- * 16 chunks 56, three and five waves of 4 62.5 and 102.8: about 2.9 us a chunk and 9 a wave, 3 chunks. */
+ * (Q staged, the ring's first fill), the cluster's merge and the epilogue. heads_as_m, fitted on the
+ * graph replays of dev/attention_heads_as_m_trace (FP8 KV, 64 heads, topk 2048, splits forced; one wave
+ * of 4 / 8 / 16 / 32 chunks a CTA, three waves of 4 in clusters of 8), 2026-12-05, after Q's loads went
+ * in flight together and the merge's peer loads in batches: H100 26.4 / 37.1 / 58.2 / 99.9 and 79.0 us,
+ * 2.6 us a chunk and 15.8 a wave, 6 chunks; H200 25.9 / 35.2 / 56.8 / 101.0 and 74.1, 2.7 and 13.4,
+ * 5 chunks (before: H100 ~18 us a wave, of which Q's staging ~7.5 and the merge 6-10). rows_as_m
+ * (H100, 16 heads, split by the token count): one wave of 16 chunks 56 us, three and five waves of 4
+ * 62.5 and 102.8: about 2.9 us a chunk and 9 a wave, 3 chunks. */
 #define MLA_WAVE_CHUNKS_ROWS_AS_M 3
 #define MLA_WAVE_CHUNKS_HEADS_AS_M 6
 
@@ -242,7 +244,7 @@ static int64_t mla_cost_heads_as_m(int64_t units, int s, int bps, int64_t wave) 
   return mla_waves(units, s, wave) * (bps + MLA_WAVE_CHUNKS_HEADS_AS_M);
 }
 
-/* rows_as_m: HN = 16 or 32 heads per CTA; splits form a cluster of 1, 2, 4 or 8 CTAs. */
+/* rows_as_m: HN = 16 or 32 heads per CTA; splits form a cluster of 1 to 8 CTAs. */
 static dsa_attention_plan mla_plan_rows_as_m(const dsa_sparse_mla_args *a, const dsa_device_info *dev) {
   dsa_attention_plan pl = mla_plan_unsplit(a, DSA_ATTN_ROWS_AS_M, a->num_heads <= 16 ? 1 : 2);
   mla_pick_cluster_split(&pl, mla_units(a, pl.groups), dev, mla_cost_rows_as_m);
@@ -250,7 +252,7 @@ static dsa_attention_plan mla_plan_rows_as_m(const dsa_sparse_mla_args *a, const
 }
 
 /* heads_as_m: CTAs of (token, 64 heads); below a wave the chunks of a (token, group) are split over a cluster
- * of 2, 4 or 8 CTAs merged through distributed shared memory. */
+ * of 2 to 8 CTAs merged through distributed shared memory. */
 static dsa_attention_plan mla_plan_heads_as_m(const dsa_sparse_mla_args *a, const dsa_device_info *dev) {
   dsa_attention_plan pl = mla_plan_unsplit(a, DSA_ATTN_HEADS_AS_M, 4);
   mla_pick_cluster_split(&pl, mla_units(a, pl.groups), dev, mla_cost_heads_as_m);
@@ -353,7 +355,7 @@ size_t dsa_plan_attention_workspace_bound(const dsa_sparse_mla_args *a) {
   /* the seesaw over packed FP8 KV converts the cache's rows (its choice does not depend on the SMs) */
   if (a->kv_format == DSA_KV_FP8_PACKED) {
     const int w = DSA_PLAN_MAX_SMS;
-    const dsa_device_info widest = {0, w, 9, 0, {w, w, w, w}};
+    const dsa_device_info widest = {0, w, 9, 0, {w, w, w, w, w, w, w, w, w}};
     if (dsa_choose_attention(a, &widest) == DSA_ATTN_SEESAW) return mla_converted_bytes(a);
   }
   const dsa_attention_plan pl = mla_plan_mma_split(a, DSA_PLAN_MAX_SMS, mla_mma_split_max_mt(a)); /* the others need none */

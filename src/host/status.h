@@ -23,10 +23,11 @@ typedef struct {
   int ordinal;      /* the current device */
   int num_sms;      /* its multiprocessor count */
   int cc_major, cc_minor;
-  int cluster_ctas[4]; /* dsa_device_clusters (0 until asked): CTAs resident at once in clusters of 1, 2,
-                          4, 8 CTAs of one an SM (every cluster kernel here takes over 114 KB of shared
-                          memory): a cluster's CTAs share a GPC, so where a GPC's SMs do not divide by
-                          the size some stay idle (an H100 SXM: 132, 132, 120, 120 — 15 clusters of 8) */
+  int cluster_ctas[9]; /* dsa_device_clusters (0 until asked): [s], s = 1..8, CTAs resident at once in
+                          clusters of s CTAs of one an SM (every cluster kernel here takes over 114 KB of
+                          shared memory): a cluster's CTAs share a GPC, so where a GPC's SMs do not
+                          divide by s some stay idle (an H100 SXM, s = 2..8: 132, 117, 120, 110,
+                          102, 105, 120 — 15 clusters of 8); [0] as [1]: the SMs */
 } dsa_device_info;
 /* The current device's facts but its clusters (cached per device after the first query). Returns a
  * cudaError_t. */

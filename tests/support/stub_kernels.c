@@ -85,11 +85,11 @@ int dsa_device_query(dsa_device_info *info) {
 }
 
 void dsa_device_clusters(dsa_device_info *info) {
-  info->cluster_ctas[0] = g_dsa_stub.num_sms;
-  for (int i = 0; i < 3; i++)
-    info->cluster_ctas[i + 1] = g_dsa_stub.cluster_ctas[i] > 0 ? g_dsa_stub.cluster_ctas[i]
-                                : i == 0                     ? g_dsa_stub.num_sms
-                                                             : g_dsa_stub.num_sms / 2;
+  info->cluster_ctas[0] = info->cluster_ctas[1] = g_dsa_stub.num_sms;
+  for (int s = 2; s <= 8; s++)
+    info->cluster_ctas[s] = g_dsa_stub.cluster_ctas[s] > 0 ? g_dsa_stub.cluster_ctas[s]
+                            : s == 2                     ? g_dsa_stub.num_sms
+                                                         : g_dsa_stub.num_sms / 2;
 }
 
 int dsa_cuda_error_is_no_device(int err) { return err == DSA_STUB_NO_DEVICE; }
@@ -407,8 +407,7 @@ int dsa_attention_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan 
               ? pl->mt == 4
               : pl->mt == 1 || pl->mt == 2 || (pl->mt == 4 && pl->kernel == DSA_ATTN_MMA_SPLIT),
           "mla plan mt %d", pl->mt);
-  REQUIRE(pl->kernel == DSA_ATTN_MMA_SPLIT || pl->splits == 1 || pl->splits == 2 || pl->splits == 4 ||
-              pl->splits == 8,
+  REQUIRE(pl->kernel == DSA_ATTN_MMA_SPLIT || (pl->splits >= 1 && pl->splits <= 8),
           "mla rows_as_m / heads_as_m cluster of %d", pl->splits);
   REQUIRE((int64_t)pl->groups * 16 * pl->mt >= a->num_heads, "mla plan covers %d heads of %d", pl->groups * 16 * pl->mt,
           a->num_heads);

@@ -18,8 +18,8 @@
 typedef struct {
   /* Set by the test (kept across calls). */
   int num_sms;              /* what the device query reports (1..) */
-  int cluster_ctas[3];      /* and the CTAs clusters of 2, 4, 8 keep resident (0: num_sms for clusters of 2,
-                               half of it for 4 and 8, device.c's answer where the probe cannot ask) */
+  int cluster_ctas[9];      /* and the CTAs clusters of s = 2..8 keep resident, [s] (0: num_sms for clusters
+                               of 2, half of it for larger ones, device.c's answer where the probe cannot ask) */
   int device_error;         /* non-zero: the device query fails with this CUDA error */
   int cc_major, cc_minor;   /* reported compute capability (9.0 by default) */
   int64_t launch_budget;    /* launches allowed per call; the next one fails (0 = unlimited) */
