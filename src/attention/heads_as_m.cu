@@ -845,8 +845,9 @@ __device__ __forceinline__ void hm_produce_fp8(const hm_params &p, const int32_t
 /* Consumers (both warpgroups): Q, 64 heads x 72 chunks of 16 B (no swizzle), rows past H zero. FP8 KV:
  * Q times 2^-e_h, e_h putting the head's largest value in [2^14, 2^15): latent dims in f16 (exact for
  * bf16 input in range), rope dims bf16 (as the tile's rope); 2^e_h to qexp_s. Warp w stages heads w,
- * w + 8, ...: all eight heads' loads are issued before the first is used (one round trip to L2, not
- * eight: 7.4-8.1 us of a wave's start went there, dev/attention_heads_as_m_trace). */
+ * w + 8, ...: all eight heads' loads are issued before the first is used (Q was staged 7.9 us after a
+ * CTA's entry with them one after another, 5.4 in flight, H100, dev/attention_heads_as_m_trace; most
+ * of the rest is the stores' bank conflicts, a warp's lanes 128 B apart: docs/PERF.md 2b). */
 template <bool FP8>
 __device__ __forceinline__ void hm_load_q(const hm_params &p, uint8_t *smem, float *qexp_s, int64_t t, int head0,
                                           int warp, int lane) {
