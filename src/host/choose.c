@@ -270,8 +270,8 @@ void dsa_choose_topk(dsa_topk_params *p) {
  *     25.8 / 27.0   34.4 / 30.1   39.9 / 32.8   49.6 / 41.4   62.8 / 42.2   63.2 / 54.6
  *   FP8 8 heads, tokens 16 / 20 / 32: 24.5 / 26.4   32.3 / 29.4   46.9 / 40.9
  *   FP8 32 heads, mma_split / heads_as_m, tokens 12 / 16 / 20: 27.0 / 27.6   34.5 / 32.9   45.5 / 35.7
- *   bf16 16 heads, mma_split / heads_as_m, tokens 16 / 20 / 24: 23.5 / 29.5   33.8 / 34.8   39.1 / 37.9
- *     (heads_as_m's merge outlined there; inline, as shipped, see PERF)
+ *   bf16 16 heads, mma_split / heads_as_m, tokens 16 / 20 / 24: 23.4 / 26.7   33.1 / 30.7   38.6 / 35.2
+ *     (final/; heads_as_m's merge reads the 48 padding heads' staging too, PERF 2b)
  *   bf16 32 heads, tokens 8 / 12 / 16: 19.5 / 22.9   24.0 / 24.2   33.0 / 29.7
  *   the GLM chunk (4096 tokens at 128k), bf16, 8 / 16 heads: 2,937 / 2,053 and 3,001 / 2,119
  * Before the splits took any cluster size (rows_as_m 2 ways at 32-33 tokens: 53.7 us) the FP8 rule
