@@ -69,6 +69,6 @@ dsa_status dsa_sparse_mla(const dsa_sparse_mla_args *a, void *ws, size_t ws_byte
   CHECK(dsa_choose_ready(fn));
   dsa_device_info dev;
   CHECK(dsa_need_device_info(fn, &dev));
-  const dsa_attention_plan plan = dsa_plan_attention(a, &dev, dsa_choose_attention(a, &dev));
+  const dsa_attention_plan plan = dsa_plan_attention(a, &dev, dsa_choose_attention(a));
   return dsa_cuda_status(fn, dsa_attention_launch(a, &plan, ws, stream));
 }

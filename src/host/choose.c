@@ -255,8 +255,7 @@ void dsa_choose_topk(dsa_topk_params *p) {
  * first, every slot into the workspace as f16 tile rows) is slower at every shape measured (bf16 KV,
  * H200 2026-12-05: 128 x 128 decode 220.3 against 156.5 us, prefill 4096 x 128 5.94 against 4.84 ms;
  * its consumers wait for tiles, docs/PERF.md): it runs only where DSA_KERNEL=attention:seesaw forces
- * it. Its choice must not depend on the device (the workspace bound asks for a device of
- * DSA_PLAN_MAX_SMS SMs). */
+ * it. */
 #define HEADS_AS_M_MIN_HEADS 33
 #define HEADS_AS_M_MIN_UNITS 8     /* bf16 KV */
 #define HEADS_AS_M_MIN_UNITS_FP8 6 /* packed FP8 KV */
@@ -282,8 +281,7 @@ void dsa_choose_topk(dsa_topk_params *p) {
 #define HEADS_AS_M_TOKENS 20           /* bf16 KV at <= 16 heads */
 #define ROWS_AS_M_TOKENS 20            /* packed FP8 KV at <= 16 heads */
 
-int dsa_choose_attention(const dsa_sparse_mla_args *a, const dsa_device_info *dev) {
-  (void)dev; /* the plans use its clusters; the choice does not */
+int dsa_choose_attention(const dsa_sparse_mla_args *a) {
   const int forced = override_get()->attention;
   if (forced) return forced;
   const int bf16 = a->kv_format == DSA_KV_BF16;

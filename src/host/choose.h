@@ -39,8 +39,9 @@ int dsa_choose_indexer(const dsa_scores_params *p);
 int dsa_choose_prefill_indexer(const dsa_scores_params *p, size_t separate_bytes, size_t budget);
 /* Stage 2, top-k: p->kernel and p->cluster for a launch's rows (rows, num_tokens, topk, num_sms set). */
 void dsa_choose_topk(dsa_topk_params *p);
-/* Stage 3, attention: the kernel (dsa_attention_kernel) for a call on the device `dev` describes. */
-int dsa_choose_attention(const dsa_sparse_mla_args *a, const dsa_device_info *dev);
+/* Stage 3, attention: the kernel (dsa_attention_kernel) for a call (the same on every device: the
+ * plans fit the split to the device). */
+int dsa_choose_attention(const dsa_sparse_mla_args *a);
 
 /* Context parallelism's merge (dsa_topk_merge): a dsa_merge_kernel for checked args a. */
 int dsa_choose_merge(const dsa_topk_merge_args *a);

@@ -352,12 +352,8 @@ size_t dsa_plan_attention_workspace(const dsa_sparse_mla_args *a, const dsa_atte
  * converted rows instead. */
 size_t dsa_plan_attention_workspace_bound(const dsa_sparse_mla_args *a) {
   if (a->num_tokens <= 0) return 0;
-  /* the seesaw over packed FP8 KV converts the cache's rows (its choice does not depend on the SMs) */
-  if (a->kv_format == DSA_KV_FP8_PACKED) {
-    const int w = DSA_PLAN_MAX_SMS;
-    const dsa_device_info widest = {0, w, 9, 0, {w, w, w, w, w, w, w, w, w}};
-    if (dsa_choose_attention(a, &widest) == DSA_ATTN_SEESAW) return mla_converted_bytes(a);
-  }
+  /* the seesaw over packed FP8 KV converts the cache's rows */
+  if (a->kv_format == DSA_KV_FP8_PACKED && dsa_choose_attention(a) == DSA_ATTN_SEESAW) return mla_converted_bytes(a);
   const dsa_attention_plan pl = mla_plan_mma_split(a, DSA_PLAN_MAX_SMS, mla_mma_split_max_mt(a)); /* the others need none */
   const int64_t units = (int64_t)a->num_tokens * pl.groups;
   if (units >= DSA_PLAN_MAX_SMS) return 0;
