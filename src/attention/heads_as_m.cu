@@ -579,7 +579,8 @@ __device__ __forceinline__ void hm_consume_seesaw(const hm_params &p, const hm_c
 /* Splits: merge the cluster's (m, l, O) through distributed shared memory, in rank order (the same
  * bits whichever CTA computes them): rank r of S writes the 4-dim columns [128 r / S, 128 (r + 1) / S)
  * of every head of its group, and rank 0 the lse. A split without entries (l = 0) contributes nothing.
- * Called by the 256 consumer threads (ctid) between two cluster barriers, in two phases:
+ * Called by the 256 consumer threads (ctid) between two cluster barriers, in two phases, over the
+ * group's real heads only (a 16-head call reads a quarter of the staging):
  *   weights  threads 0-63, one head each: the S splits' (m, l) -> w_r = 2^(m_r - M) (-1: no entries)
  *            and 1 / L into this CTA's P area (free after the chunks);
  *   columns  each thread 16 / S outputs of 4 dims a batch (about two batches), the batch's 16 peer
@@ -594,7 +595,8 @@ __device__ __forceinline__ void hm_merge_splits(__nv_bfloat16 *out, float *lse, 
   const int rank = (int)ptx_cluster_ctarank();
   float *wgt_s = (float *)(smem + HM_MW_OFF), *inv_s = wgt_s + HM_HEADS * 8;
   const int c0 = rank * (MLA_V_DIM / 4) / S, nc = (rank + 1) * (MLA_V_DIM / 4) / S - c0;
-  if (ctid < HM_HEADS) {
+  const int hv = min(HM_HEADS, H - head0); /* the group's real heads: padding rows are never read */
+  if (ctid < hv) {
     const int h = ctid;
     float2 ml[S];
 #pragma unroll
@@ -614,14 +616,14 @@ __device__ __forceinline__ void hm_merge_splits(__nv_bfloat16 *out, float *lse, 
       wgt_s[h * 8 + r] = wgt;
     }
     inv_s[h] = L > 0.f ? 1.f / L : 0.f;
-    if (lse && c0 == 0 && head0 + h < H) lse[t * H + head0 + h] = mla_lse(M, L);
+    if (lse && c0 == 0) lse[t * H + head0 + h] = mla_lse(M, L);
   }
   ptx_bar_sync(HM_BAR_MERGE, 256);
   uint32_t peer[S];
 #pragma unroll
   for (int r = 0; r < S; ++r) peer[r] = ptx_mapa(s_u32 + HM_OST_OFF, r);
   constexpr int B = 16 / S > 0 ? 16 / S : 1; /* outputs a thread requests at once */
-  const int units = HM_HEADS * nc;
+  const int units = hv * nc;
   for (int u0 = ctid; u0 < units; u0 += 256 * B) {
     float4 ov[B][S];
 #pragma unroll
@@ -634,7 +636,7 @@ __device__ __forceinline__ void hm_merge_splits(__nv_bfloat16 *out, float *lse, 
 #pragma unroll
     for (int b = 0; b < B; ++b) {
       const int u = u0 + 256 * b, h = u / nc, d = 4 * (c0 + u - h * nc);
-      if (u >= units || head0 + h >= H) continue;
+      if (u >= units) continue;
       float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
       for (int r = 0; r < S; ++r) {
