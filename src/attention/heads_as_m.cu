@@ -846,61 +846,53 @@ __device__ __forceinline__ void hm_produce_fp8(const hm_params &p, const int32_t
 
 /* Consumers (both warpgroups): Q, 64 heads x 72 chunks of 16 B (no swizzle), rows past H zero. FP8 KV:
  * Q times 2^-e_h, e_h putting the head's largest value in [2^14, 2^15): latent dims in f16 (exact for
- * bf16 input in range), rope dims bf16 (as the tile's rope); 2^e_h to qexp_s. Warp w stages heads w,
- * w + 8, ...: all eight heads' loads are issued before the first is used (Q was staged 7.9 us after a
- * CTA's entry with them one after another, 5.4 in flight, H100, dev/attention_heads_as_m_trace; most
- * of the rest is the stores' bank conflicts, a warp's lanes 128 B apart: docs/PERF.md 2b). */
+ * bf16 input in range), rope dims bf16 (as the tile's rope); 2^e_h to qexp_s. Warp w stages its core
+ * matrices' group, heads 8w .. 8w + 7: lane (i, j) = (lane & 7, lane >> 3) holds head 8w + i's chunks
+ * 4k + j, k < 18, every load issued before the first is used. So each store covers four whole core
+ * matrices (512 contiguous bytes, conflict-free); a warp storing one head's 32 chunks 128 B apart hit
+ * the same four banks 32 times (ncu, 16 tokens x 64 heads: 444k store conflicts, now 59k). The head's
+ * largest |q| is reduced over its four lanes. Q is staged 4.0 us after a CTA's entry (H200,
+ * dev/attention_heads_as_m_trace; 5.9 when a lane staged one head's chunks, conflicting). */
 template <bool FP8>
 __device__ __forceinline__ void hm_load_q(const hm_params &p, uint8_t *smem, float *qexp_s, int64_t t, int head0,
                                           int warp, int lane) {
-  constexpr int NH = HM_HEADS / 8; /* heads a warp stages */
-  const int H = p.num_heads;
-  uint4 v[NH][3];
+  constexpr int NK = 72 / 4; /* chunks a lane stages */
+  const int H = p.num_heads, i = lane & 7, j = lane >> 3, hh = 8 * warp + i, h = head0 + hh;
+  uint4 v[NK];
 #pragma unroll
-  for (int j = 0; j < NH; ++j) {
-    const int h = head0 + warp + 8 * j;
-#pragma unroll
-    for (int i = 0; i < 3; ++i) {
-      const int c = lane + 32 * i;
-      v[j][i] = make_uint4(0, 0, 0, 0);
-      if (h < H && c < 72) v[j][i] = __ldg((const uint4 *)(p.io.q + ((t * H + h) * MLA_QK_DIM + c * 8)));
-    }
+  for (int k = 0; k < NK; ++k) {
+    v[k] = make_uint4(0, 0, 0, 0);
+    if (h < H) v[k] = __ldg((const uint4 *)(p.io.q + ((t * H + h) * MLA_QK_DIM + (4 * k + j) * 8)));
   }
+  if (FP8) {
+    float amax = 0.f;
 #pragma unroll
-  for (int j = 0; j < NH; ++j) {
-    const int hh = warp + 8 * j;
-    if (FP8) {
-      float amax = 0.f;
+    for (int k = 0; k < NK; ++k) {
+      const uint32_t u[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
 #pragma unroll
-      for (int i = 0; i < 3; ++i) {
-        const uint32_t u[4] = {v[j][i].x, v[j][i].y, v[j][i].z, v[j][i].w};
-#pragma unroll
-        for (int k = 0; k < 4; ++k)
-          amax = fmaxf(amax, fmaxf(fabsf(__uint_as_float(u[k] << 16)), fabsf(__uint_as_float(u[k] & 0xFFFF0000u))));
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-      const int e = amax > 0.f ? max(min(hm_ilogb(amax) - 14, 100), -100) : 0;
-      const float f = hm_pow2(-e);
-#pragma unroll
-      for (int i = 0; i < 3; ++i) {
-        const uint32_t u[4] = {v[j][i].x, v[j][i].y, v[j][i].z, v[j][i].w};
-        uint32_t r[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const float lo = __uint_as_float(u[k] << 16) * f, hi = __uint_as_float(u[k] & 0xFFFF0000u) * f;
-          r[k] = lane + 32 * i < 64 ? ptx_f32x2_to_f16x2(lo, hi) : ptx_f32x2_to_bf16x2(lo, hi); /* rope: bf16 */
-        }
-        v[j][i] = make_uint4(r[0], r[1], r[2], r[3]);
-      }
-      if (lane == 0) qexp_s[hh] = hm_pow2(e);
+      for (int e = 0; e < 4; ++e)
+        amax = fmaxf(amax, fmaxf(fabsf(__uint_as_float(u[e] << 16)), fabsf(__uint_as_float(u[e] & 0xFFFF0000u))));
     }
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 8));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16));
+    const int e = amax > 0.f ? max(min(hm_ilogb(amax) - 14, 100), -100) : 0;
+    const float f = hm_pow2(-e);
 #pragma unroll
-    for (int i = 0; i < 3; ++i) {
-      const int c = lane + 32 * i;
-      if (c < 72) *(uint4 *)(smem + HM_Q_OFF + (hh >> 3) * HM_RG + c * 128 + (hh & 7) * 16) = v[j][i];
+    for (int k = 0; k < NK; ++k) {
+      const uint32_t u[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+      uint32_t r[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float lo = __uint_as_float(u[q] << 16) * f, hi = __uint_as_float(u[q] & 0xFFFF0000u) * f;
+        r[q] = k < 64 / 4 ? ptx_f32x2_to_f16x2(lo, hi) : ptx_f32x2_to_bf16x2(lo, hi); /* chunks >= 64: rope, bf16 */
+      }
+      v[k] = make_uint4(r[0], r[1], r[2], r[3]);
     }
+    if (j == 0) qexp_s[hh] = hm_pow2(e);
   }
+  uint8_t *q_s = smem + HM_Q_OFF + warp * HM_RG + i * 16;
+#pragma unroll
+  for (int k = 0; k < NK; ++k) *(uint4 *)(q_s + (4 * k + j) * 128) = v[k];
 }
 
 /* ---------------------------------------------------------------------------------------------
