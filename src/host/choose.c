@@ -270,7 +270,9 @@ void dsa_choose_topk(dsa_topk_params *p) {
  *   FP8 8 heads, tokens 16 / 20 / 32: 24.5 / 26.4   32.3 / 29.4   46.9 / 40.9
  *   FP8 32 heads, mma_split / heads_as_m, tokens 12 / 16 / 20: 27.0 / 27.6   34.5 / 32.9   45.5 / 35.7
  *   bf16 16 heads, mma_split / heads_as_m, tokens 16 / 20 / 24: 23.4 / 26.7   33.1 / 30.7   38.6 / 35.2
- *     (final/; heads_as_m's merge reads the 48 padding heads' staging too, PERF 2b)
+ *     (final/, when heads_as_m's merge read the 48 padding heads' staging too; merging the real heads
+ *     and Q staged conflict-free took heads_as_m at 20 / 24 tokens from 27.8 / 30.5 to 23.6 / 27.1 on
+ *     the H200, attn-q-staging-h200-2026-12-05; 16 tokens not re-measured)
  *   bf16 32 heads, tokens 8 / 12 / 16: 19.5 / 22.9   24.0 / 24.2   33.0 / 29.7
  *   the GLM chunk (4096 tokens at 128k), bf16, 8 / 16 heads: 2,937 / 2,053 and 3,001 / 2,119
  * Before the splits took any cluster size (rows_as_m 2 ways at 32-33 tokens: 53.7 us) the FP8 rule
