@@ -17,6 +17,7 @@
  * in step with the library's when it changes. Times each mode for a few shapes (events around 20
  * back-to-back launches, hot L2, every index entry valid, random data; no check: the tests do that),
  * then the mean SM cycles per chunk of each phase over chunks 4..27.
+ * Last, FP8 at 64 heads over 66 and 132 tokens (half the SMs busy, then all): cycles against time.
  * Usage: dsa-dev-attention-heads-as-m-modes   (on the GPU machine; ~10 s)
  */
 #include "attention/heads_as_m.cu"
@@ -535,5 +536,9 @@ int main(void) {
     run(fp8, 128, 128);
     run(fp8, 4096, 128);
   }
+  /* a chunk's SM cycles with half the SMs busy and all of them (FP8, 64 heads, one CTA a token): the
+   * same cycles at a longer time would be the clock under load, more cycles contention */
+  run(1, 66, 64);
+  run(1, 132, 64);
   return 0;
 }
