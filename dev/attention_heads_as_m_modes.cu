@@ -422,6 +422,8 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hmx_attention_kernel(const hm_p
   x.n = n;
   x.head0 = head0;
   x.splits = p.splits;
+  x.c0 = 0;
+  x.last = true;
   x.t = t;
   if (cw == 0) {
     ptx_setmaxnreg_inc<HM_REG_QK(FP8)>(); /* O half, S and the softmax */

@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(HM_THREADS, 1) ht_traced_kernel(const hm_param
   if (warp >= 8) {
     const int w = warp - 8;
     ptx_setmaxnreg_dec<HM_REG_PRODUCER(true)>();
-    hm_produce_fp8(p, idx_row, end, n, tile_u32, ring, valid_s, colf_s, w, lane);
+    hm_produce_fp8(p, idx_row, end, n, 0, tile_u32, ring, valid_s, colf_s, w, lane);
     TRACE(T_PRODUCED);
     if (p.splits > 1) hm_merge_cluster<FP8>(p, s_u32, smem, t, head0, false, tid);
     return;
@@ -101,6 +101,8 @@ __global__ void __launch_bounds__(HM_THREADS, 1) ht_traced_kernel(const hm_param
   x.n = n;
   x.head0 = head0;
   x.splits = p.splits;
+  x.c0 = 0;
+  x.last = true;
   x.t = t;
   if (cw == 0) {
     ptx_setmaxnreg_inc<HM_REG_QK(FP8)>();

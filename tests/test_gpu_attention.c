@@ -213,6 +213,15 @@ static const mla_case k_mla_cases[] = {
     {.name = "sparse MLA H16 fp8 (stored) T32 topk2048, lens", .H = 16, .T = 32, .topk = 2048,
      .fmt = DSA_KV_FP8_PACKED, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0, .num_slots = 20000,
      .check_determinism = 1, .seed = 427},
+    /* heads_as_m's persistent grid (bf16 KV): more units than SMs, so a CTA takes two to four in turn,
+     * each of an odd chunk count or cut by lens (the ring's phases carry over units), tokens without
+     * entries among them */
+    {.name = "sparse MLA H64 bf16 kv_stride 640, T420 topk320, lens", .H = 64, .T = 420, .topk = 320,
+     .fmt = DSA_KV_BF16, .kv_stride = 640, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0,
+     .num_slots = 20000, .check_determinism = 1, .seed = 431},
+    {.name = "sparse MLA H128 bf16 kv_stride 576, T160 topk200, lens", .H = 128, .T = 160, .topk = 200,
+     .fmt = DSA_KV_BF16, .kv_stride = 576, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0,
+     .num_slots = 20000, .check_determinism = 1, .seed = 432},
     /* one head at batch: heads_as_m's tile 63 rows of padding (bf16), rows_as_m (FP8) */
     {.name = "sparse MLA H1 bf16 kv_stride 640, T48 topk2048, lens", .H = 1, .T = 48, .topk = 2048,
      .fmt = DSA_KV_BF16, .kv_stride = 640, .lens_given = 1, .all_invalid_token = 1, .q_amp = 2.0,

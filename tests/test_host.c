@@ -445,21 +445,32 @@ static void test_mla_kernel_choice(void) {
               g_dsa_stub.mla_splits == v1s[i].splits,
           name, "mt %lld, splits %lld", st == DSA_OK ? g_dsa_stub.mla_mt : -st, g_dsa_stub.mla_splits);
   }
-  /* heads_as_m's splits: only below a wave of (token, 64-head) CTAs, fewest waves x (chunks per split + 1) */
+  /* heads_as_m's splits: only below a wave of (token, 64-head) CTAs, fewest waves x (chunks per split + 1);
+   * unsplit (bf16 KV), a persistent grid of at most the SMs (ctas) */
   static const struct {
-    int tokens, heads, sms, splits;
-  } v3s[] = {{64, 64, 132, 2}, {64, 128, 132, 1}, {128, 128, 132, 1}, {30, 128, 132, 2}, {8, 64, 132, 8},
-             {16, 64, 132, 4}, {32, 64, 132, 2}, {8, 64, 16, 2},    {1, 128, 132, 8},  {4096, 128, 132, 1}};
+    int tokens, heads, sms, splits, ctas;
+  } v3s[] = {{64, 64, 132, 2, 0},   {64, 128, 132, 1, 128}, {128, 128, 132, 1, 132}, {30, 128, 132, 2, 0},
+             {8, 64, 132, 8, 0},    {16, 64, 132, 4, 0},    {32, 64, 132, 2, 0},     {8, 64, 16, 2, 0},
+             {1, 128, 132, 8, 0},   {4096, 128, 132, 1, 132}, {4096, 128, 16, 1, 16}, {300, 32, 132, 2, 0}};
   dsa_choose_override("attention:heads_as_m");
   for (size_t i = 0; i < sizeof v3s / sizeof v3s[0]; i++) {
     const dsa_sparse_mla_args b = mla_args(v3s[i].tokens, v3s[i].heads, DSA_KV_BF16);
     size_t bound;
     const dsa_status st = mla_call(&b, v3s[i].sms, &bound);
     char name[160];
-    snprintf(name, sizeof name, "heads_as_m splits for %d tokens x %d heads on %d SMs: %d", v3s[i].tokens, v3s[i].heads,
-             v3s[i].sms, v3s[i].splits);
-    check(st == DSA_OK && g_dsa_stub.mla_splits == v3s[i].splits && g_dsa_stub.mla_need == 0, name,
-          "splits %lld, workspace %lld", g_dsa_stub.mla_splits, (long long)g_dsa_stub.mla_need);
+    snprintf(name, sizeof name, "heads_as_m splits for %d tokens x %d heads on %d SMs: %d, grid of %d CTAs looping",
+             v3s[i].tokens, v3s[i].heads, v3s[i].sms, v3s[i].splits, v3s[i].ctas);
+    check(st == DSA_OK && g_dsa_stub.mla_splits == v3s[i].splits && g_dsa_stub.mla_ctas == v3s[i].ctas &&
+              g_dsa_stub.mla_need == 0,
+          name, "splits %lld, ctas %lld (or a workspace)", g_dsa_stub.mla_splits, g_dsa_stub.mla_ctas);
+  }
+  { /* FP8 KV: a CTA a unit (its producer-bound chunks hide what the persistent grid saves) */
+    const dsa_sparse_mla_args b = mla_args(4096, 128, DSA_KV_FP8_PACKED);
+    size_t bound;
+    const dsa_status st = mla_call(&b, 132, &bound);
+    check(st == DSA_OK && g_dsa_stub.mla_splits == 1 && g_dsa_stub.mla_ctas == 0,
+          "heads_as_m over FP8 KV, 4096 tokens x 128 heads: unsplit, a CTA a unit", "splits %lld, ctas %lld",
+          g_dsa_stub.mla_splits, g_dsa_stub.mla_ctas);
   }
   /* Clusters resident at once (dsa_device_info.cluster_ctas, the probe's answer): an H100 SXM keeps 132
    * CTAs in clusters of 2 and 120 in clusters of 4 or 8; the splits measured best there (FP8 KV,

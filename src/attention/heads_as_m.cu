@@ -5,7 +5,9 @@
  * One CTA = one token x 64 heads (heads past H are zero rows) x one split: the token's index entries
  * in chunks of 64 rows, all of them, or below a wave of CTAs a contiguous share (splits = 2 to 8:
  * the CTAs of a (token, group) form a cluster and merge their (m, l, O) through distributed shared
- * memory in rank order, hm_merge_splits; no workspace).
+ * memory in rank order, hm_merge_splits; no workspace). Unsplit over bf16 KV the grid is persistent
+ * instead (hm_attention_units_kernel): min(units, SMs) CTAs, each taking units (token, group) in turn
+ * with one ring throughout, so the producer fills the next unit's tiles during the last one's epilogue.
  *   qk_tile  S[64 heads, 64 rows] = Q[64, 576] . K^T      wgmma m64n64k16; A = Q (no swizzle), B = the
  *                                                        tile (128-byte swizzle), both K-major
  *   pv_tile  O[64, 512] += P[64, 64] . V[64, 512]         four m64n256k16 k-steps per warpgroup on
@@ -130,6 +132,7 @@ typedef struct {
   int num_groups;         /* ceil(H / 64): head groups per token */
   int splits;             /* CTAs per (token, group), one cluster, each a contiguous share of the chunks */
   int64_t token_offset;   /* first token of this launch (grids past 2^31 - 1 CTAs are cut) */
+  int64_t num_units;      /* (token, group) units of this launch */
   const float *colf_rows; /* the seesaw over packed FP8 KV: [num_slots] 2^K of the converted rows in
                              io.kv (hm_convert_rows_kernel); else NULL */
 } hm_params;
@@ -173,6 +176,9 @@ typedef struct {
   float *alpha_s, *l_s;                                  /* [64] per-head rescale of this chunk; final sums */
   const float *colf_s, *qexp_s;                          /* FP8: [2][64] row factors, [64] head factors */
   int n, head0, splits;                                  /* chunks; first head of this CTA; CTAs a cluster */
+  int c0;                                                /* the ring's uses before this unit's chunks (the
+                                                            CTA's earlier units): chunk c is use c0 + c */
+  bool last;                                             /* the CTA's last unit */
   int64_t t;                                             /* token */
 } hm_ctx;
 
@@ -364,8 +370,8 @@ __device__ __forceinline__ void hm_consume_qk(const hm_params &p, const hm_ctx &
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
   const float qs0 = FP8 ? p.scale_log2 * x.qexp_s[h0] : 0.f, qs1 = FP8 ? p.scale_log2 * x.qexp_s[h0 + 8] : 0.f;
   for (int c = 0; c < x.n; ++c) {
-    const int b = c & 1;
-    ring_wait_full<2>(x.ring, c);
+    const int b = (x.c0 + c) & 1;
+    ring_wait_full<2>(x.ring, x.c0 + c);
     const uint32_t kv_u32 = x.tile_u32 + b * HM_TILE;
     float s[32];
     hm_qk_tile<FP8>(s, o, x, kv_u32);
@@ -389,7 +395,7 @@ __device__ __forceinline__ void hm_consume_qk(const hm_params &p, const hm_ctx &
     ptx_reg_fence(o);
     ptx_mbar_arrive(ring_empty(x.ring, b));
   }
-  ptx_griddep_launch_dependents();
+  if (x.last) ptx_griddep_launch_dependents();
   /* ---- epilogue: quad sums -> l for both warpgroups, lse ---- */
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
@@ -427,8 +433,8 @@ __device__ __forceinline__ void hm_consume_pv(const hm_params &p, const hm_ctx &
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.f;
   for (int c = 0; c < x.n; ++c) {
-    const int b = c & 1;
-    ring_wait_full<2>(x.ring, c);
+    const int b = (x.c0 + c) & 1;
+    ring_wait_full<2>(x.ring, x.c0 + c);
     ptx_bar_sync(HM_BAR_P_READY, 256);
     hm_rescale(o, x.alpha_s[h0], x.alpha_s[h0 + 8]);
     hm_pv_issue<FP8>(o, x.p_u32, x.tile_u32 + b * HM_TILE, 256);
@@ -464,8 +470,8 @@ __device__ __forceinline__ void hm_pv_issue_rs(float (&o)[128], const uint32_t (
 template <bool FP8>
 __device__ __forceinline__ void hm_seesaw_other_pv(float (&o)[128], float &l0, float &l1, const hm_ctx &x, int c,
                                                    float ap0, float ap1, int bar_p_theirs, int dbase) {
-  const int b = c & 1;
-  ring_wait_full<2>(x.ring, c); /* complete already (the other waited on it); this thread's own acquire */
+  const int b = (x.c0 + c) & 1;
+  ring_wait_full<2>(x.ring, x.c0 + c); /* complete already (the other waited on it); this thread's own acquire */
   ptx_bar_sync(bar_p_theirs, 256); /* P(c) in shared memory */
   hm_rescale(o, ap0, ap1);
   hm_pv_issue<FP8>(o, x.p_u32, x.tile_u32 + b * HM_TILE, dbase);
@@ -498,8 +504,8 @@ __device__ __forceinline__ void hm_consume_seesaw(const hm_params &p, const hm_c
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
   const float qs0 = FP8 ? p.scale_log2 * x.qexp_s[h0] : 0.f, qs1 = FP8 ? p.scale_log2 * x.qexp_s[h0 + 8] : 0.f;
   for (int c = j; c < x.n; c += 2) {
-    const int b = c & 1;
-    ring_wait_full<2>(x.ring, c);
+    const int b = (x.c0 + c) & 1;
+    ring_wait_full<2>(x.ring, x.c0 + c);
     const uint32_t kv_u32 = x.tile_u32 + b * HM_TILE;
     float s[32];
     hm_qk_tile<FP8>(s, o, x, kv_u32);
@@ -544,7 +550,7 @@ __device__ __forceinline__ void hm_consume_seesaw(const hm_params &p, const hm_c
     const float ap0 = x.alpha_s[h0], ap1 = x.alpha_s[h0 + 8];
     hm_seesaw_other_pv<FP8>(o, l0, l1, x, x.n - 1, ap0, ap1, bar_p_theirs, dbase);
   }
-  if (j == 0) ptx_griddep_launch_dependents();
+  if (j == 0 && x.last) ptx_griddep_launch_dependents();
   /* ---- epilogue: the two warpgroups' partial sums -> l, lse (warpgroup 0), O halves ---- */
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
@@ -702,7 +708,7 @@ __device__ __forceinline__ void hm_merge_cluster(const hm_params &p, uint32_t s_
 /* bf16 KV: cp.async, up to two chunks in flight. CONVERTED (the seesaw over packed FP8 KV): the rows
  * are the converted ones (f16 latent, bf16 rope, both x 2^-K), and each row's 2^K goes to colf_s. */
 template <bool CONVERTED>
-__device__ __forceinline__ void hm_produce_bf16(const hm_params &p, const int32_t *idx_row, int end, int n,
+__device__ __forceinline__ void hm_produce_bf16(const hm_params &p, const int32_t *idx_row, int end, int n, int c0,
                                                 uint32_t tile_u32, const mbar_ring &ring, int *valid_s, float *colf_s,
                                                 int w, int lane) {
   const int r4 = lane >> 3, pl = lane & 7;
@@ -710,18 +716,20 @@ __device__ __forceinline__ void hm_produce_bf16(const hm_params &p, const int32_
 #pragma unroll
   for (int q = 0; q < 4; ++q) slot[q] = mla_entry_slot(idx_row, 16 * w + 4 * q + r4, end, p.io.num_slots);
   for (int c = 0; c < n; ++c) {
-    const int b = c & 1;
+    const int b = (c0 + c) & 1;
     /* Chunk c-1 is published when it has landed: right after chunk c is issued if c's tile is
      * already free (two chunks in flight), else before waiting for the tile, so that the
      * consumers' next QK never waits on a tile they have yet to free. */
-    const bool tile_free = ring_test_empty<2>(ring, c);
-    bool published = c < 1;
+    const bool tile_free = ring_test_empty<2>(ring, c0 + c);
+    bool published = c < 1; /* the unit's first chunk: the previous unit's last was published at its end */
     if (!tile_free) {
-      ptx_cp_async_wait<0>();
-      ptx_fence_proxy_async_smem();
-      ptx_mbar_arrive(ring_full(ring, (c - 1) & 1));
-      published = true;
-      ring_wait_empty<2>(ring, c);
+      if (!published) {
+        ptx_cp_async_wait<0>();
+        ptx_fence_proxy_async_smem();
+        ptx_mbar_arrive(ring_full(ring, (c0 + c - 1) & 1));
+        published = true;
+      }
+      ring_wait_empty<2>(ring, c0 + c);
     }
     const uint32_t tile = tile_u32 + b * HM_TILE;
 #pragma unroll
@@ -742,20 +750,20 @@ __device__ __forceinline__ void hm_produce_bf16(const hm_params &p, const int32_
     if (!published) { /* chunk c-1 has landed: publish it (chunk c stays in flight) */
       ptx_cp_async_wait<1>();
       ptx_fence_proxy_async_smem();
-      ptx_mbar_arrive(ring_full(ring, (c - 1) & 1));
+      ptx_mbar_arrive(ring_full(ring, (c0 + c - 1) & 1));
     }
   }
   if (n > 0) {
     ptx_cp_async_wait<0>();
     ptx_fence_proxy_async_smem();
-    ptx_mbar_arrive(ring_full(ring, (n - 1) & 1));
+    ptx_mbar_arrive(ring_full(ring, (c0 + n - 1) & 1));
   }
 }
 
 /* Packed FP8 KV. The 512 e4m3 bytes of a row are four 128-byte lines = its four scale groups; the
  * next chunk's lines wait in registers (loaded as soon as this chunk's are converted) while the
  * consumers work. The tile holds the latent dims in f16 and the rope dims in bf16, both times 2^-K_r. */
-__device__ __forceinline__ void hm_produce_fp8(const hm_params &p, const int32_t *idx_row, int end, int n,
+__device__ __forceinline__ void hm_produce_fp8(const hm_params &p, const int32_t *idx_row, int end, int n, int c0,
                                                uint32_t tile_u32, const mbar_ring &ring, int *valid_s, float *colf_s,
                                                int w, int lane) {
   const int r4 = lane >> 3, pl = lane & 7;
@@ -775,7 +783,7 @@ __device__ __forceinline__ void hm_produce_fp8(const hm_params &p, const int32_t
     pslot[q] = mla_entry_raw(idx_row, 2 * HM_ROWS + 16 * w + 4 * q + r4, end);
   }
   for (int c = 0; c < n; ++c) {
-    const int b = c & 1;
+    const int b = (c0 + c) & 1;
     /* chunk c + 2's rows into L2, lane p of a row the line at byte 128p (p < 6) or its last byte
      * (p = 6), so that the register loads of chunk c + 1 find them there, not in HBM: where rows
      * come from HBM (decode 256 x 64 heads) 231 -> 214 us, elsewhere the same (H200, 2026-12-05) */
@@ -785,7 +793,7 @@ __device__ __forceinline__ void hm_produce_fp8(const hm_params &p, const int32_t
       if (pl < 7 && ps >= 0)
         ptx_prefetch_l2(kvb + (int64_t)ps * MLA_FP8_SLOT_BYTES + (pl < 6 ? 128 * pl : MLA_FP8_SLOT_BYTES - 1));
     }
-    ring_wait_empty<2>(ring, c);
+    ring_wait_empty<2>(ring, c0 + c);
     const uint32_t tile = tile_u32 + b * HM_TILE;
     /* rope (bf16) lands by cp.async while the e4m3 lines are converted; scaled by 2^-K_r in place below */
 #pragma unroll
@@ -859,11 +867,11 @@ __device__ __forceinline__ void hm_load_q(const hm_params &p, uint8_t *smem, flo
   constexpr int NK = 72 / 4; /* chunks a lane stages */
   const int H = p.num_heads, i = lane & 7, j = lane >> 3, hh = 8 * warp + i, h = head0 + hh;
   uint4 v[NK];
+  /* one 64-bit base a lane, the chunks at immediate offsets (per-chunk addresses were hoisted out of
+   * the units' loop and spilled) */
+  const uint4 *src = (const uint4 *)(p.io.q + (t * H + (h < H ? h : 0)) * MLA_QK_DIM) + j;
 #pragma unroll
-  for (int k = 0; k < NK; ++k) {
-    v[k] = make_uint4(0, 0, 0, 0);
-    if (h < H) v[k] = __ldg((const uint4 *)(p.io.q + ((t * H + h) * MLA_QK_DIM + (4 * k + j) * 8)));
-  }
+  for (int k = 0; k < NK; ++k) v[k] = h < H ? __ldg(src + 4 * k) : make_uint4(0, 0, 0, 0);
   if (FP8) {
     float amax = 0.f;
 #pragma unroll
@@ -931,8 +939,36 @@ __global__ void __launch_bounds__(HM_CONVERT_THREADS) hm_convert_rows_kernel(con
 }
 
 /* ---------------------------------------------------------------------------------------------
- * The kernel. Grid: tokens x groups x splits CTAs (split fastest: a cluster is one (token, group)).
+ * The kernels. hm_attention_kernel: a CTA per unit (token, group) and split, tokens x groups x splits
+ * CTAs (split fastest: a cluster is one unit). hm_attention_units_kernel (bf16 KV, unsplit): a
+ * persistent grid of at most a wave, CTA i taking units i, i + G, i + 2G, ... (G = the grid) with one
+ * ring throughout: the producer goes on to the next unit's rows as soon as a tile is free, the
+ * consumers stage the next Q after their epilogue. One loop for both would not do: the FP8 kernel's
+ * code around it lost 1-4 % (H100, 2026-12-05), whose producer-bound chunks gained nothing from it.
  */
+/* A unit's share of the chunks: token t, heads head0 .., entries [c0 * 64, c0 * 64 + end) of its index
+ * row (idx_row points at the first), n chunks; after the grid dependency (lens). */
+typedef struct {
+  int64_t t;
+  int head0, end, n;
+  const int32_t *idx_row;
+} hm_unit;
+
+__device__ __forceinline__ hm_unit hm_unit_of(const hm_params &p, int64_t unit, int split) {
+  hm_unit u;
+  u.t = p.token_offset + unit / p.num_groups;
+  u.head0 = (int)(unit % p.num_groups) * HM_HEADS;
+  int end = p.topk;
+  if (p.io.lens) end = min(end, max(__ldg(p.io.lens + u.t), 0));
+  const int n_all = end > 0 ? (end + HM_ROWS - 1) / HM_ROWS : 0;
+  /* this split's chunks: [c0, c0 + n) of the token's n_all; entries counted from c0's first */
+  const int per = (n_all + p.splits - 1) / p.splits, c0 = split * per;
+  u.n = max(0, min(per, n_all - c0));
+  u.end = min(end - c0 * HM_ROWS, u.n * HM_ROWS);
+  u.idx_row = p.io.indices + u.t * p.io.indices_stride + (int64_t)c0 * HM_ROWS;
+  return u;
+}
+
 template <bool FP8, bool SEESAW>
 __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_params p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -950,42 +986,30 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_pa
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int split = (int)(blockIdx.x % p.splits); /* = the rank in the cluster */
-  const int64_t unit = blockIdx.x / p.splits;
-  const int group = (int)(unit % p.num_groups);
-  const int64_t t = p.token_offset + unit / p.num_groups;
-  const int head0 = group * HM_HEADS;
 
   if (tid == 0) ring_init(ring, 2, 128, 256);
   __syncthreads();
   ptx_griddep_wait();
-
-  int end = p.topk;
-  if (p.io.lens) end = min(end, max(__ldg(p.io.lens + t), 0));
-  const int n_all = end > 0 ? (end + HM_ROWS - 1) / HM_ROWS : 0;
-  /* this split's chunks: [c0, c0 + n) of the token's n_all; entries counted from c0's first */
-  const int per = (n_all + p.splits - 1) / p.splits, c0 = split * per;
-  const int n = max(0, min(per, n_all - c0));
-  end = min(end - c0 * HM_ROWS, n * HM_ROWS);
-  const int32_t *idx_row = p.io.indices + t * p.io.indices_stride + (int64_t)c0 * HM_ROWS;
+  const hm_unit u = hm_unit_of(p, blockIdx.x / p.splits, split);
 
   if (warp >= 8) {
     const int w = warp - 8;
     if (!FP8) {
       ptx_setmaxnreg_dec<HM_REG_PRODUCER(false)>();
-      hm_produce_bf16<false>(p, idx_row, end, n, tile_u32, ring, valid_s, colf_s, w, lane);
+      hm_produce_bf16<false>(p, u.idx_row, u.end, u.n, 0, tile_u32, ring, valid_s, colf_s, w, lane);
     } else if (SEESAW) { /* the converted rows: copies, as bf16 KV */
       ptx_setmaxnreg_dec<HM_REG_PRODUCER(false)>();
-      hm_produce_bf16<true>(p, idx_row, end, n, tile_u32, ring, valid_s, colf_s, w, lane);
+      hm_produce_bf16<true>(p, u.idx_row, u.end, u.n, 0, tile_u32, ring, valid_s, colf_s, w, lane);
     } else {
       ptx_setmaxnreg_dec<HM_REG_PRODUCER(true)>();
-      hm_produce_fp8(p, idx_row, end, n, tile_u32, ring, valid_s, colf_s, w, lane);
+      hm_produce_fp8(p, u.idx_row, u.end, u.n, 0, tile_u32, ring, valid_s, colf_s, w, lane);
     }
-    if (p.splits > 1) hm_merge_cluster<FP8>(p, s_u32, smem, t, head0, false, tid); /* joins the barriers only */
+    if (p.splits > 1) hm_merge_cluster<FP8>(p, s_u32, smem, u.t, u.head0, false, tid); /* joins the barriers only */
     return;
   }
 
   const int cw = warp >> 2;
-  hm_load_q<FP8>(p, smem, qexp_s, t, head0, warp, lane);
+  hm_load_q<FP8>(p, smem, qexp_s, u.t, u.head0, warp, lane);
   ptx_fence_proxy_async_smem();
   ptx_bar_sync(HM_BAR_Q_LOADED, 256);
   hm_ctx x;
@@ -998,22 +1022,94 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_pa
   x.l_s = l_s;
   x.colf_s = colf_s;
   x.qexp_s = qexp_s;
-  x.n = n;
-  x.head0 = head0;
+  x.n = u.n;
+  x.head0 = u.head0;
   x.splits = p.splits;
-  x.t = t;
+  x.c0 = 0;
+  x.last = true;
+  x.t = u.t;
   if (SEESAW) {
     ptx_setmaxnreg_inc<HM_REG_SEESAW>(); /* both: an O half, S and the softmax */
     hm_consume_seesaw<FP8>(p, x, cw, warp & 3, lane);
-    if (p.splits > 1) hm_merge_cluster<FP8>(p, s_u32, smem, t, head0, true, tid);
   } else if (cw == 0) {
     ptx_setmaxnreg_inc<HM_REG_QK(FP8)>(); /* O half, S and the softmax */
     hm_consume_qk<FP8>(p, x, warp & 3, lane);
-    if (p.splits > 1) hm_merge_cluster<FP8>(p, s_u32, smem, t, head0, true, tid);
   } else {
     if (HM_REG_PV(FP8) > 168) ptx_setmaxnreg_inc<(HM_REG_PV(FP8) > 168 ? HM_REG_PV(FP8) : 168)>();
     hm_consume_pv<FP8>(p, x, warp & 3, lane);
-    if (p.splits > 1) hm_merge_cluster<FP8>(p, s_u32, smem, t, head0, true, tid);
+  }
+  if (p.splits > 1) hm_merge_cluster<FP8>(p, s_u32, smem, u.t, u.head0, true, tid);
+}
+
+/* A consumer warpgroup of the persistent grid (QK = 1: warpgroup 0), over its CTA's units: Q staged
+ * (both warpgroups), the chunks, the epilogue. The context is rebuilt a unit from the window's base
+ * (pointers kept live across the units spilled the chunk loops). Q's buffer is free when a unit
+ * starts: warpgroup 0's last QK came before the P it published for the last PV, which warpgroup 1
+ * waited for before the epilogue barrier. */
+template <bool QK>
+__device__ __forceinline__ void hm_consumer_units(const hm_params &p, uint8_t *smem, uint32_t s_u32, int warp,
+                                                  int lane) {
+  int c0 = 0; /* the ring's uses so far */
+  for (int64_t unit = blockIdx.x; unit < p.num_units; unit += gridDim.x) {
+    const hm_unit u = hm_unit_of(p, unit, 0);
+    hm_load_q<false>(p, smem, (float *)(smem + HM_QEXP_OFF), u.t, u.head0, warp, lane);
+    ptx_fence_proxy_async_smem();
+    ptx_bar_sync(HM_BAR_Q_LOADED, 256);
+    hm_ctx x;
+    x.q_u32 = s_u32 + HM_Q_OFF;
+    x.tile_u32 = s_u32 + HM_TILE_OFF;
+    x.p_u32 = s_u32 + HM_P_OFF;
+    x.ring.full = s_u32 + HM_BAR_OFF;
+    x.ring.empty = x.ring.full + 16;
+    x.valid_s = (int *)(smem + HM_VALID_OFF);
+    x.alpha_s = (float *)(smem + HM_ALPHA_OFF);
+    x.l_s = (float *)(smem + HM_L_OFF);
+    x.colf_s = (const float *)(smem + HM_COLF_OFF);
+    x.qexp_s = (const float *)(smem + HM_QEXP_OFF);
+    x.splits = 1;
+    x.c0 = c0;
+    x.n = u.n;
+    x.head0 = u.head0;
+    x.t = u.t;
+    x.last = unit + gridDim.x >= p.num_units;
+    if (QK) hm_consume_qk<false>(p, x, warp & 3, lane);
+    else hm_consume_pv<false>(p, x, warp & 3, lane);
+    c0 += u.n;
+  }
+}
+
+__global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_units_kernel(const hm_params p) {
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t raw_u32 = ptx_smem_u32(smem_raw);
+  const uint32_t s_u32 = (raw_u32 + 1023u) & ~1023u;
+  uint8_t *smem = smem_raw + (s_u32 - raw_u32);
+  mbar_ring ring;
+  ring.full = s_u32 + HM_BAR_OFF;
+  ring.empty = ring.full + 16;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+
+  if (tid == 0) ring_init(ring, 2, 128, 256);
+  __syncthreads();
+  ptx_griddep_wait();
+
+  if (warp >= 8) {
+    ptx_setmaxnreg_dec<HM_REG_PRODUCER(false)>();
+    int c0 = 0; /* the ring's uses so far */
+    for (int64_t unit = blockIdx.x; unit < p.num_units; unit += gridDim.x) {
+      const hm_unit u = hm_unit_of(p, unit, 0);
+      hm_produce_bf16<false>(p, u.idx_row, u.end, u.n, c0, s_u32 + HM_TILE_OFF, ring, (int *)(smem + HM_VALID_OFF),
+                             (float *)(smem + HM_COLF_OFF), warp - 8, lane);
+      c0 += u.n;
+    }
+    return;
+  }
+  /* each role's loop after its setmaxnreg (ptxas sizes the code a setmaxnreg dominates by it) */
+  if (warp < 4) {
+    ptx_setmaxnreg_inc<HM_REG_QK(false)>(); /* O half, S and the softmax */
+    hm_consumer_units<true>(p, smem, s_u32, warp, lane);
+  } else {
+    ptx_setmaxnreg_inc<HM_REG_PV(false)>();
+    hm_consumer_units<false>(p, smem, s_u32, warp, lane);
   }
 }
 
@@ -1031,16 +1127,27 @@ static hm_params hm_params_of(const dsa_sparse_mla_args *a, const dsa_attention_
   prm.num_groups = pl->groups;
   prm.splits = pl->splits;
   prm.token_offset = 0;
+  prm.num_units = (int64_t)a->num_tokens * pl->groups;
   prm.colf_rows = NULL;
   return prm;
 }
 
+/* ctas > 0 (the plan's persistent grid: bf16 KV, unsplit): one launch of min(units, ctas) CTAs looping
+ * over the units; else a CTA per unit and split. */
 template <bool FP8, bool SEESAW>
-static cudaError_t hm_launch(hm_params prm, int64_t num_tokens, cudaStream_t stream) {
-  static dsa_smem_cache cache;
+static cudaError_t hm_launch(hm_params prm, int64_t num_tokens, int ctas, cudaStream_t stream) {
+  static dsa_smem_cache cache, cache_units;
+  if (ctas > 0 && prm.splits == 1 && !FP8 && !SEESAW) { /* the persistent grid */
+    prm.token_offset = 0;
+    prm.num_units = num_tokens * prm.num_groups;
+    const int64_t grid = prm.num_units < ctas ? prm.num_units : ctas;
+    return dsa_launch_smem(hm_attention_units_kernel, &cache_units, dim3((unsigned)grid), HM_THREADS, HM_SMEM, stream,
+                           true, prm);
+  }
   const int64_t per_token = (int64_t)prm.num_groups * prm.splits;
   return mla_launch_tokens(num_tokens, per_token, [&](int64_t t0, int64_t nt) {
     prm.token_offset = t0;
+    prm.num_units = nt * prm.num_groups;
     /* the splits of a (token, group) are adjacent CTAs: one cluster */
     return dsa_launch_smem_cluster(hm_attention_kernel<FP8, SEESAW>, &cache, dim3((unsigned)(nt * per_token)), HM_THREADS,
                                    HM_SMEM, stream, true, prm.splits > 1 ? (unsigned)prm.splits : 0u, prm);
@@ -1066,12 +1173,12 @@ extern "C" int dsa_attention_heads_as_m_launch(const dsa_sparse_mla_args *a, con
     prm.io.kv = rows;
     prm.io.kv_stride = MLA_QK_DIM;
     prm.colf_rows = colf;
-    err = hm_launch<true, true>(prm, a->num_tokens, stream);
+    err = hm_launch<true, true>(prm, a->num_tokens, pl->ctas, stream);
   } else if (fp8)
-    err = hm_launch<true, false>(prm, a->num_tokens, stream);
+    err = hm_launch<true, false>(prm, a->num_tokens, pl->ctas, stream);
   else if (pl->kernel == DSA_ATTN_SEESAW)
-    err = hm_launch<false, true>(prm, a->num_tokens, stream);
+    err = hm_launch<false, true>(prm, a->num_tokens, pl->ctas, stream);
   else
-    err = hm_launch<false, false>(prm, a->num_tokens, stream);
+    err = hm_launch<false, false>(prm, a->num_tokens, pl->ctas, stream);
   return (int)err;
 }

@@ -192,6 +192,7 @@ static dsa_attention_plan mla_plan_unsplit(const dsa_sparse_mla_args *a, int ker
   pl.splits = 1;
   pl.blocks_per_split = pl.num_blocks;
   pl.convert_rows = 0;
+  pl.ctas = 0;
   return pl;
 }
 
@@ -239,7 +240,10 @@ static int64_t mla_cost_rows_as_m(int64_t units, int s, int bps, int64_t wave) {
   return mla_waves(units, s, wave) * (bps + MLA_WAVE_CHUNKS_ROWS_AS_M) + (s > 1 ? 1 : 0);
 }
 
-/* heads_as_m: waves x (chunks per split + a wave's own cost, its merge included). */
+/* heads_as_m: waves x (chunks per split + a wave's own cost, its merge included). Unsplit on bf16 KV the
+ * grid is persistent (pl.ctas), a CTA's units in rounds; a round beyond the first cost about what a wave
+ * did (H100, FP8, 64 heads, 132 / 264 / 396 tokens: 112.5 / 212.8 / 314.1 us against 110.9 / 214.2 /
+ * 317.3 a CTA a unit, 2026-12-05), so the same formula. */
 static int64_t mla_cost_heads_as_m(int64_t units, int s, int bps, int64_t wave) {
   return mla_waves(units, s, wave) * (bps + MLA_WAVE_CHUNKS_HEADS_AS_M);
 }
@@ -255,7 +259,18 @@ static dsa_attention_plan mla_plan_rows_as_m(const dsa_sparse_mla_args *a, const
  * of 2 to 8 CTAs merged through distributed shared memory. */
 static dsa_attention_plan mla_plan_heads_as_m(const dsa_sparse_mla_args *a, const dsa_device_info *dev) {
   dsa_attention_plan pl = mla_plan_unsplit(a, DSA_ATTN_HEADS_AS_M, 4);
-  mla_pick_cluster_split(&pl, mla_units(a, pl.groups), dev, mla_cost_heads_as_m);
+  const int64_t units = mla_units(a, pl.groups);
+  mla_pick_cluster_split(&pl, units, dev, mla_cost_heads_as_m);
+  /* Unsplit on bf16 KV: a persistent grid of at most the SMs, each CTA looping over units (its producer
+   * fills the next unit's tiles while the consumers finish the last): H100, 2026-12-05, against a CTA a
+   * unit, 128 x 128 heads 166.2 -> 158.9 us, 256 x 64 241.5 -> 235.3, 4096 x 128 4,796 -> 4,731
+   * (docs/bench/attn-persistent-bf16-h100-2026-12-05/). FP8 KV's producer-bound chunks hide the change
+   * (128 x 128 202.8 -> 202.3) and its static order lost to the hardware's (200 x 32 heads 189.4 ->
+   * 196.5), so a CTA a unit there. */
+  if (pl.splits == 1 && a->kv_format != DSA_KV_FP8_PACKED) {
+    const int64_t sms = dev->num_sms > 0 ? dev->num_sms : 1;
+    pl.ctas = (int)(units < sms ? units : sms);
+  }
   return pl;
 }
 
@@ -302,6 +317,7 @@ dsa_attention_plan dsa_plan_attention(const dsa_sparse_mla_args *a, const dsa_de
   if (kernel == DSA_ATTN_SEESAW) { /* heads_as_m's CTAs and splits, its seesaw consumers */
     dsa_attention_plan pl = mla_plan_heads_as_m(a, dev);
     pl.kernel = DSA_ATTN_SEESAW;
+    pl.ctas = 0; /* its consumers take one unit a CTA */
     pl.convert_rows = a->kv_format == DSA_KV_FP8_PACKED; /* its producer copies rows: FP8 ones converted first */
     return pl;
   }

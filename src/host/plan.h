@@ -76,6 +76,8 @@ typedef struct {
   int blocks_per_split;
   int convert_rows;     /* seesaw with packed FP8 KV: every cache slot converted once into the workspace
                            as the f16 tile rows heads_as_m's FP8 producer makes (mla_converted_bytes) */
+  int ctas;             /* heads_as_m unsplit: a persistent grid of this many CTAs, each looping over
+                           units (token, group); 0: a CTA per unit and split */
 } dsa_attention_plan;
 /* The plan of `kernel` (dsa_attention_kernel) for a call on the device `dev` describes (its SMs, and for
  * rows_as_m and heads_as_m the CTAs its clusters keep resident). */

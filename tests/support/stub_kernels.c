@@ -30,6 +30,7 @@ void dsa_stub_begin_call(const void *ws, size_t ws_bytes) {
   s->scores_next = s->topk_next = s->chunk_next = 0;
   s->scores_tokens = s->topk_tokens = s->store_tokens = s->mla_tokens = 0;
   s->mla_splits = 0;
+  s->mla_ctas = 0;
   s->mla_need = 0;
   s->scores_kernel = s->topk_kernel = s->topk_cluster = 0; /* a test reads what this call launched */
   s->violations = 0;
@@ -428,6 +429,7 @@ int dsa_attention_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan 
   s->mla_mt = pl->mt;
   s->mla_need = need;
   s->mla_kernel = pl->kernel;
+  s->mla_ctas = pl->ctas;
   return 0;
 }
 
