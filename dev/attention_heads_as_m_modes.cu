@@ -12,7 +12,8 @@
  * rescaled in place (its shared-memory read-modify-write); 256 = only half the rows converted and
  * stored (each CTA's share of the conversion in a 2-CTA pair, without the pair's exchange)) and
  * SM-clock stamps of CTA 0, chunks < 32: 0 full seen, 1 QK done,
- * 2 softmax done, 3 P free, 4 P stored, 5 PV done (warpgroup 0); 6 full seen, 7 P ready, 8 PV done
+ * 2 softmax done, 3 P free, 4 P stored, 5 PV done (warpgroup 0; bf16 issues its PV at 2, before P is
+ * stored, so there "P store" and "PV" split one span); 6 full seen, 7 P ready, 8 PV done
  * (warpgroup 1); 9 tile free, 10 chunk published, 11 FP8: rows converted (producer). Keep the copies
  * in step with the library's when it changes. Times each mode for a few shapes (events around 20
  * back-to-back launches, hot L2, every index entry valid, random data; no check: the tests do that),
@@ -277,6 +278,29 @@ __device__ __forceinline__ void hmx_consume_qk(const hm_params &p, const hm_ctx 
     l0 = l0 * a0 + ps0; /* quad-partial sums, reduced at the end */
     l1 = l1 * a1 + ps1;
     hm_p_row_factors<FP8>(s, x, b, qd);
+    if (HM_WG0_PV_RS(FP8)) { /* the library's bf16 order: PV from registers, then P for warpgroup 1 */
+      STAMP(c, 2);
+      uint32_t pa[4][4];
+      hm_pack_p<FP8>(s, pa);
+      hm_rescale(o, a0, a1);
+      hm_pv_issue_rs<FP8>(o, pa, kv_u32, 0);
+      if (c >= 1) ptx_bar_sync(HM_BAR_P_FREE, 256);
+      STAMP(c, 3);
+      hm_store_p_packed(pa, x.p_u32, w, lane);
+      if (qd == 0) {
+        x.alpha_s[h0] = a0;
+        x.alpha_s[h0 + 8] = a1;
+      }
+      ptx_fence_proxy_async_smem();
+      ptx_bar_sync(HM_BAR_P_READY, 256);
+      STAMP(c, 4);
+      ptx_wgmma_wait<0>();
+      hm_keep_p(pa);
+      STAMP(c, 5);
+      ptx_reg_fence(o);
+      ptx_mbar_arrive(ring_empty(x.ring, b));
+      continue;
+    }
     /* ---- P (bf16) and alpha to shared memory, for both warpgroups' PV ---- */
     STAMP(c, 2);
     if (c >= 1) ptx_bar_sync(HM_BAR_P_FREE, 256);

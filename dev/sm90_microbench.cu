@@ -43,7 +43,10 @@ __device__ __forceinline__ void wgmma_n(float (&d)[N / 2], uint64_t da, uint64_t
 
 /* mode 0: no swizzle, A and B K-major (rows_as_m's QK: 36 k-steps over a 64 x 576 A and an N x 576 B);
  * 1: no swizzle, A MN-major (rows_as_m's PV: A = 512 dims x 64 rows of the same tile, B = N x 64);
- * 2: 128-byte swizzle, K-major (as mode 0). 36 wgmma an iteration in every mode. */
+ * 2: 128-byte swizzle, K-major (as mode 0); 3: heads_as_m's QK, A = Q K-major without swizzle (64 x 576),
+ * B = the tile K-major with the 128-byte swizzle (N rows x 576); 4: the same with Q MN-major without
+ * swizzle (8 dims x 8 heads core matrices, [d / 8][h / 8], LBO 1024, SBO 128). 36 wgmma an iteration in
+ * every mode. */
 template <int N, int MODE>
 __global__ void __launch_bounds__(128, 1) k_wgmma(int iters, long long *cycles, float *sink) {
   extern __shared__ __align__(1024) uint8_t smem[];
@@ -60,7 +63,10 @@ __global__ void __launch_bounds__(128, 1) k_wgmma(int iters, long long *cycles, 
 #pragma unroll
     for (int k = 0; k < 36; ++k) {
       uint64_t da, db;
-      if (MODE == 2) {
+      if (MODE == 3 || MODE == 4) {
+        da = MODE == 3 ? ptx_wgmma_desc(a + k * 256, 128, 9216) : ptx_wgmma_desc(a + k * 2048, 1024, 128);
+        db = desc_sw128(b + (k >> 2) * N * 128 + (k & 3) * 32);
+      } else if (MODE == 2) {
         /* swizzled: a k16 step is 32 B inside the 128-B atom row; 4 steps per atom column */
         da = desc_sw128(a + (k >> 2) * 64 * 128 + (k & 3) * 32);
         db = desc_sw128(b + (k >> 2) * N * 128 + (k & 3) * 32);
@@ -72,7 +78,7 @@ __global__ void __launch_bounds__(128, 1) k_wgmma(int iters, long long *cycles, 
         da = ptx_wgmma_desc(a + k * 256, 128, 9216);
         db = ptx_wgmma_desc(b + k * 256, 128, 9216);
       }
-      wgmma_n<N, MODE == 1 ? 1 : 0>(d, da, db);
+      wgmma_n<N, MODE == 1 || MODE == 4 ? 1 : 0>(d, da, db);
     }
     ptx_wgmma_commit();
     ptx_wgmma_wait<0>();
@@ -151,8 +157,9 @@ template <int N, int MODE>
 static int run_wgmma(int sms, long long *d_cyc, float *d_sink, long long *h) {
   const int smem = (64 + 64) * 576 * 2;
   CK(cudaFuncSetAttribute(k_wgmma<N, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const char *names[3] = {"no swizzle, K-major A and B (rows_as_m QK)", "no swizzle, MN-major A (rows_as_m PV)",
-                          "128-B swizzle, K-major"};
+  const char *names[5] = {"no swizzle, K-major A and B (rows_as_m QK)", "no swizzle, MN-major A (rows_as_m PV)",
+                          "128-B swizzle, K-major", "A K-major, B 128-B swizzle (heads_as_m QK)",
+                          "A MN-major, B 128-B swizzle"};
   {
     const int mode = MODE;
     const int iters = 200;
@@ -163,7 +170,7 @@ static int run_wgmma(int sms, long long *d_cyc, float *d_sink, long long *h) {
     long long mx = 0;
     for (int i = 0; i < sms; ++i) mx = h[i] > mx ? h[i] : mx;
     const double fma = (double)iters * 36 * 64 * N * 16;
-    printf("wgmma m64n%-3dk16 f16 %-38s %7.1f cycles each, %6.0f FMA/cycle/SM\n", N, names[mode],
+    printf("wgmma m64n%-3dk16 f16 %-44s %7.1f cycles each, %6.0f FMA/cycle/SM\n", N, names[mode],
            (double)mx / (iters * 36.0), fma / mx);
   }
   return 0;
@@ -189,7 +196,9 @@ int main(void) {
       run_wgmma<16, 2>(sms, d_cyc, d_sink, h) || run_wgmma<32, 0>(sms, d_cyc, d_sink, h) ||
       run_wgmma<32, 1>(sms, d_cyc, d_sink, h) || run_wgmma<32, 2>(sms, d_cyc, d_sink, h) ||
       run_wgmma<64, 0>(sms, d_cyc, d_sink, h) || run_wgmma<64, 1>(sms, d_cyc, d_sink, h) ||
-      run_wgmma<64, 2>(sms, d_cyc, d_sink, h))
+      run_wgmma<64, 2>(sms, d_cyc, d_sink, h) || run_wgmma<64, 3>(sms, d_cyc, d_sink, h) ||
+      run_wgmma<64, 4>(sms, d_cyc, d_sink, h) || run_wgmma<64, 3>(sms, d_cyc, d_sink, h) ||
+      run_wgmma<64, 4>(sms, d_cyc, d_sink, h))
     return 1;
   for (int mode = 0; mode < 2; ++mode) {
     const int iters = 4096, blocks = sms * 4;

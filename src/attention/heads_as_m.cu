@@ -123,6 +123,13 @@ static_assert(HM_REG_QK(false) + HM_REG_PV(false) + HM_REG_PRODUCER(false) <= 50
  * spill (468 / 184 / 176 bytes of loads) and ptxas serialises the wgmmas (C7512) — hence the
  * conversion beforehand. docs/PERF.md. */
 #define HM_REG_SEESAW 208
+/* bf16 KV: warpgroup 0 issues its PV from P in registers (wgmma RS) and stores P for warpgroup 1 while it
+ * runs, the P store and both hand-off barriers off its chain: H100 2026-12-05, 4096 x 128 heads 4,725 ->
+ * 4,639 us, prefill 64 x 128 77.1 -> 75.5, the GLM chunk 2,661 -> 2,636, decode 128 x 128 157.6 -> 156.7.
+ * FP8 KV keeps P from shared memory after the store: there warpgroup 1's PV, and so the tile's release
+ * to the producer the chunks wait on, would start later (128 x 128 201.5 -> 205.8, 256 x 64 208.5 ->
+ * 212.5). docs/bench/attn-wg0-pv-rs-h100-2026-12-05/. */
+#define HM_WG0_PV_RS(FP8) (!(FP8))
 static_assert(2 * HM_REG_SEESAW + HM_REG_PRODUCER(false) <= 504, "registers");
 
 typedef struct {
@@ -359,8 +366,31 @@ __device__ __forceinline__ void hm_store_p(const float (&s)[32], uint32_t p_u32,
   hm_store_p_packed(pa, p_u32, w, lane);
 }
 
-/* Warpgroup 0: qk_tile, online_softmax, P to shared memory, PV for dims 0..255; the lse and the
- * final sums for both warpgroups. Thread (w, lane) holds head rows h0 = 16w + lane/4 and h0 + 8. */
+/* pv_tile with P from registers: the S accumulators' layout is wgmma's A fragment, four k-steps of
+ * 16 rows (pa[ks]: rows h0, h0 + 8 x columns 16 ks + 2 qd + {0, 1, 8, 9}, packed). */
+template <bool F16>
+__device__ __forceinline__ void hm_pv_issue_rs(float (&o)[128], const uint32_t (&pa)[4][4], uint32_t kv_u32, int dbase) {
+  const uint64_t dv = ptx_wgmma_desc_sw128(kv_u32 + (dbase / 64) * HM_SEG, HM_SEG, 1024);
+  ptx_reg_fence(o);
+  ptx_wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    if (F16) ptx_wgmma_m64n256k16_rs_f16<1>(o, pa[ks], dv + 128 * ks, 1);
+    else ptx_wgmma_m64n256k16_rs_bf16<1>(o, pa[ks], dv + 128 * ks, 1);
+  }
+  ptx_wgmma_commit();
+}
+/* Keeps P's registers allocated until the wgmma that reads them has completed (an RS wgmma reads its A
+ * registers asynchronously; the compiler sees them consumed at the issue). */
+__device__ __forceinline__ void hm_keep_p(uint32_t (&pa)[4][4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(pa[i][j])::"memory");
+}
+/* Warpgroup 0: qk_tile, online_softmax, P to shared memory and PV for dims 0..255 (bf16 KV: PV from P in
+ * registers first, P stored for warpgroup 1 while it runs; HM_WG0_PV_RS); the lse and the final sums for
+ * both warpgroups. Thread (w, lane) holds head rows h0 = 16w + lane/4 and h0 + 8. */
 template <bool FP8>
 __device__ __forceinline__ void hm_consume_qk(const hm_params &p, const hm_ctx &x, int w, int lane) {
   const int g = lane >> 2, qd = lane & 3, h0 = 16 * w + g;
@@ -380,6 +410,24 @@ __device__ __forceinline__ void hm_consume_qk(const hm_params &p, const hm_ctx &
     l0 = l0 * a0 + ps0; /* quad-partial sums, reduced at the end */
     l1 = l1 * a1 + ps1;
     hm_p_row_factors<FP8>(s, x, b, qd);
+    if (HM_WG0_PV_RS(FP8)) {
+      /* ---- this warpgroup's PV from registers at once; P and alpha to shared memory for warpgroup 1's
+       * while it runs ---- */
+      uint32_t pa[4][4];
+      hm_pack_p<FP8>(s, pa);
+      hm_rescale(o, a0, a1);
+      hm_pv_issue_rs<FP8>(o, pa, kv_u32, 0);
+      if (c >= 1) ptx_bar_sync(HM_BAR_P_FREE, 256); /* warpgroup 1 is done with P(c-1) and alpha(c-1) */
+      hm_store_p_packed(pa, x.p_u32, w, lane);
+      if (qd == 0) {
+        x.alpha_s[h0] = a0;
+        x.alpha_s[h0 + 8] = a1;
+      }
+      ptx_fence_proxy_async_smem();
+      ptx_bar_sync(HM_BAR_P_READY, 256); /* P(c), alpha(c) ready for warpgroup 1's PV (already waiting) */
+      ptx_wgmma_wait<0>();
+      hm_keep_p(pa);
+    } else {
     /* ---- P and alpha to shared memory, for both warpgroups' PV ---- */
     if (c >= 1) ptx_bar_sync(HM_BAR_P_FREE, 256); /* warpgroup 1 is done with P(c-1) and alpha(c-1) */
     hm_store_p<FP8>(s, x.p_u32, w, lane);
@@ -392,6 +440,7 @@ __device__ __forceinline__ void hm_consume_qk(const hm_params &p, const hm_ctx &
     hm_rescale(o, a0, a1);
     hm_pv_issue<FP8>(o, x.p_u32, kv_u32, 0);
     ptx_wgmma_wait<0>();
+    }
     ptx_reg_fence(o);
     ptx_mbar_arrive(ring_empty(x.ring, b));
   }
@@ -450,20 +499,6 @@ __device__ __forceinline__ void hm_consume_pv(const hm_params &p, const hm_ctx &
   else hm_store_out(p, x, o, h0, qd, 256, x.l_s[h0], x.l_s[h0 + 8]);
 }
 
-/* pv_tile with P from registers: the S accumulators' layout is wgmma's A fragment, four k-steps of
- * 16 rows (pa[ks]: rows h0, h0 + 8 x columns 16 ks + 2 qd + {0, 1, 8, 9}, packed). */
-template <bool F16>
-__device__ __forceinline__ void hm_pv_issue_rs(float (&o)[128], const uint32_t (&pa)[4][4], uint32_t kv_u32, int dbase) {
-  const uint64_t dv = ptx_wgmma_desc_sw128(kv_u32 + (dbase / 64) * HM_SEG, HM_SEG, 1024);
-  ptx_reg_fence(o);
-  ptx_wgmma_fence();
-#pragma unroll
-  for (int ks = 0; ks < 4; ++ks) {
-    if (F16) ptx_wgmma_m64n256k16_rs_f16<1>(o, pa[ks], dv + 128 * ks, 1);
-    else ptx_wgmma_m64n256k16_rs_bf16<1>(o, pa[ks], dv + 128 * ks, 1);
-  }
-  ptx_wgmma_commit();
-}
 
 /* The other warpgroup's chunk c on this warpgroup's O half: its P from shared memory, O and the own
  * partial sums rescaled by its alpha first (chunks accumulate in order). */
