@@ -8,8 +8,7 @@
  * too: what mixing bf16 and f16 wgmmas in one accumulation costs; scores wrong); 16 = FP8 converted
  * without the scale multiply (what the HMUL2s cost; values wrong); 32 = FP8 converted and multiplied
  * but the latent dims not stored (what the tile stores cost); 64 = the stores without the conversion
- * (the e4m3 bytes stored as they are: what the conversion costs beside them); 128 = the rope not
- * rescaled in place (its shared-memory read-modify-write); 256 = only half the rows converted and
+ * (the e4m3 bytes stored as they are: what the conversion costs beside them); 256 = only half the rows converted and
  * stored (each CTA's share of the conversion in a 2-CTA pair, without the pair's exchange)) and
  * SM-clock stamps of CTA 0, chunks < 32: 0 full seen, 1 QK done,
  * 2 softmax done, 3 P free, 4 P stored, 5 PV done (warpgroup 0; bf16 issues its PV at 2, before P is
@@ -176,7 +175,7 @@ __device__ __forceinline__ void hmx_produce_fp8(const hm_params &p, const int32_
       continue;
     }
     const uint32_t tile = tile_u32 + b * HM_TILE;
-    /* rope (bf16) lands by cp.async while the e4m3 lines are converted; scaled by 2^-K_r in place below */
+    /* rope (bf16) lands by cp.async while the e4m3 lines are converted, as it is */
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const uint8_t *row = kvb + (int64_t)(slot[q] >= 0 ? slot[q] : 0) * MLA_FP8_SLOT_BYTES;
@@ -184,20 +183,18 @@ __device__ __forceinline__ void hmx_produce_fp8(const hm_params &p, const int32_
                       slot[q] >= 0 ? 16 : 0);
     }
     ptx_cp_async_commit();
-    uint32_t fq[4]; /* 2^-K_r of each of this lane's rows, bf16x2 */
     uint32_t sink = 0; /* mode 32 */
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const int r = 16 * w + 4 * q + r4;
       /* K_r = the largest binary exponent of the row's four scales: group g is stored as
-       * e4m3 x f16(scale_g 2^-K_r) (a multiplier below 2, values below 896), the rope as
-       * bf16 x 2^-K_r (exact), and 2^K_r goes to the consumers for the score and P */
+       * e4m3 x f16(scale_g 2^-K_r) (a multiplier below 2, values below 896), and 2^K_r goes to the
+       * consumers for the score and P */
       int K = hm_ilogb(sc[q]);
       K = max(K, __shfl_xor_sync(0xffffffffu, K, 1));
       K = max(K, __shfl_xor_sync(0xffffffffu, K, 2));
       K = min(max(K, -100), 100);
       const float f = hm_pow2(-K);
-      fq[q] = ptx_f32x2_to_bf16x2(f, f);
       const uint32_t mult_mine = ptx_f32x2_to_f16x2(sc[q] * f, sc[q] * f);
       if (pl == 0) {
         valid_s[b * HM_ROWS + r] = slot[q];
@@ -238,13 +235,6 @@ __device__ __forceinline__ void hmx_produce_fp8(const hm_params &p, const int32_
       ptx_st_shared_v4(tile + hm_tile_off(16 * w + r4, pl), sink, sink, sink, sink);
     STAMP(c, 11);
     ptx_cp_async_wait<0>();
-#pragma unroll
-    for (int q = 0; q < 4 && !(mode & 128); ++q) {
-      const uint32_t a = tile + hm_tile_off(16 * w + 4 * q + r4, 64 + pl);
-      const uint4 v = ptx_ld_shared_v4(a); /* bf16 x 2^-K_r: exact */
-      ptx_st_shared_v4(a, ptx_mul_bf16x2(v.x, fq[q]), ptx_mul_bf16x2(v.y, fq[q]), ptx_mul_bf16x2(v.z, fq[q]),
-                       ptx_mul_bf16x2(v.w, fq[q]));
-    }
     ptx_fence_proxy_async_smem();
     ptx_mbar_arrive(ring_full(ring, b));
     STAMP(c, 10);
@@ -271,7 +261,7 @@ __device__ __forceinline__ void hmx_consume_qk(const hm_params &p, const hm_ctx 
     }
     float s[32];
     if (FP8 && (g_mode & 8)) hmx_qk_tile_f16(s, o, x, kv_u32);
-    else hm_qk_tile<FP8>(s, o, x, kv_u32);
+    else hm_qk_tile<FP8>(s, o, x, kv_u32, b, qd);
     STAMP(c, 1);
     float a0, a1, ps0, ps1;
     hm_softmax<FP8>(s, p, x, b, qd, qs0, qs1, m0, m1, a0, a1, ps0, ps1);
@@ -498,8 +488,7 @@ static void run(int fp8, int T, int H) {
     const char *name;
   } modes[] = {{0, "full kernel"},      {1, "no row loads"},     {2, "no MMA / softmax"},
                {4, "no producer work"}, {8, "QK all f16 (FP8)"}, {16, "no scale multiply"},
-               {32, "convert, no stores"}, {64, "stores, no convert"}, {128, "no rope rescale"},
-               {256, "half the rows"}};
+               {32, "convert, no stores"}, {64, "stores, no convert"}, {256, "half the rows"}};
   for (size_t m = 0; m < sizeof modes / sizeof modes[0]; ++m) {
     if (!fp8 && modes[m].mode >= 8) continue;
     CK(cudaMemcpyToSymbol(g_mode, &modes[m].mode, sizeof(int)));

@@ -32,12 +32,13 @@
  *   FP8 KV    the 512 e4m3 bytes of a row (four lines = its four scale groups) wait in registers one
  *             chunk ahead (the next chunk's rows prefetched into L2 meanwhile); converted to f16 as
  *             e4m3 x f16(scale_g 2^-K_r) with K_r the largest binary exponent of the row's scales
- *             (one rounding to 11 bits, values < 896); the rope (bf16)
- *             lands by cp.async and is scaled by 2^-K_r in place (exact).
+ *             (one rounding to 11 bits, values < 896); the rope (bf16) lands by cp.async as it
+ *             is (scaling it in place, a shared-memory round trip at the chunk's end, cost the
+ *             producer-bound kernel 4 %: H100, 2026-12-05).
  * Numerics, FP8: Q's latent dims are f16 and its rope dims bf16, both times 2^-e_h per head (e_h puts
- * the head's largest |q| in [2^14, 2^15): exact for bf16 input); QK mixes f16 (latent) and bf16
- * (rope) wgmmas into one fp32 accumulator; the score is S 2^e_h 2^K_r (powers of two); P goes to PV
- * in f16 times 2^K_r. bf16 KV: everything bf16, rows exact. P is rounded to the 16-bit type, as in
+ * the head's largest |q| in [2^14, 2^15): exact for bf16 input); QK sums the latent dims by f16
+ * wgmmas in fp32, multiplies each column by its row's 2^K_r (exact), then adds the rope's bf16 wgmmas
+ * to the same accumulator; the score is S 2^e_h (a power of two); P goes to PV in f16 times 2^K_r. bf16 KV: everything bf16, rows exact. P is rounded to the 16-bit type, as in
  * every tensor-core attention.
  * Shared memory (hm_smem, 227 KiB: the limit): Q 72 KiB, two tiles of 72 KiB, P 8 KiB, per-chunk row
  * slots and factors, the barriers. Everything is fixed-order: same input, same bits.
@@ -271,21 +272,37 @@ __device__ __forceinline__ void hm_stage_o(const hm_ctx &x, const float (&o)[128
 /* qk_tile: S[64 heads, 64 rows] of the tile at kv_u32; Q no-swizzle K-major, tile 128B-swizzle
  * K-major; the descriptors advance by adding (byte offset >> 4) to the start-address field. */
 template <bool FP8>
-__device__ __forceinline__ void hm_qk_tile(float (&s)[32], float (&o)[128], const hm_ctx &x, uint32_t kv_u32) {
+__device__ __forceinline__ void hm_qk_tile(float (&s)[32], float (&o)[128], const hm_ctx &x, uint32_t kv_u32, int b,
+                                           int qd) {
   const uint64_t dq = ptx_wgmma_desc(x.q_u32, 128, HM_RG), dk = ptx_wgmma_desc_sw128(kv_u32, 16, 1024);
   ptx_wgmma_fence();
 #pragma unroll
-  for (int k = 0; k < 36; ++k)
-    hm_wgmma_n64(FP8 && k < 32, s, dq + 16 * k, dk + (((k >> 2) * HM_SEG + (k & 3) * 32) >> 4), k > 0);
+  for (int k = 0; k < (FP8 ? 32 : 36); ++k)
+    hm_wgmma_n64(FP8, s, dq + 16 * k, dk + (((k >> 2) * HM_SEG + (k & 3) * 32) >> 4), k > 0);
   ptx_wgmma_commit();
   ptx_wgmma_wait<0>();
   ptx_reg_fence(s);
+  if (FP8) { /* the latent sums times the rows' 2^K_r (exact), then the rope's k-steps on top, unscaled */
+    const float *colf = x.colf_s + b * HM_ROWS;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[4 * j + e] *= colf[8 * j + 2 * qd + (e & 1)];
+    ptx_wgmma_fence();
+#pragma unroll
+    for (int k = 32; k < 36; ++k)
+      hm_wgmma_n64(false, s, dq + 16 * k, dk + (((k >> 2) * HM_SEG + (k & 3) * 32) >> 4), 1);
+    ptx_wgmma_commit();
+    ptx_wgmma_wait<0>();
+    ptx_reg_fence(s);
+  }
   ptx_reg_fence(o);
 }
 
 /* online_softmax of tile b's S (a head row lives in one lane quad): the running max (m0, m1) moves
  * to the chunk's, s becomes P, (a0, a1) = exp of old max - new, (ps0, ps1) the quad-partial sums of
- * P. FP8: S = (Q 2^-e_h).(K 2^-K_r), the score is S 2^e_h 2^K_r, both powers of two (exact). */
+ * P. FP8: S = (Q 2^-e_h).(K 2^-K_r) 2^K_r over the latent dims (hm_qk_tile) plus (Q 2^-e_h).K over the
+ * rope's, the score is S 2^e_h (powers of two: exact). */
 template <bool FP8>
 __device__ __forceinline__ void hm_softmax(float (&s)[32], const hm_params &p, const hm_ctx &x, int b, int qd, float qs0,
                                            float qs1, float &m0, float &m1, float &a0, float &a1, float &ps0,
@@ -299,7 +316,7 @@ __device__ __forceinline__ void hm_softmax(float (&s)[32], const hm_params &p, c
     for (int e = 0; e < 4; ++e) {
       const int col = 8 * j + 2 * qd + (e & 1);
       const bool ok = valid[col] >= 0;
-      const float f = FP8 ? ((e & 2) ? qs1 : qs0) * colf[col] : p.scale_log2;
+      const float f = FP8 ? ((e & 2) ? qs1 : qs0) : p.scale_log2;
       s[4 * j + e] = ok ? s[4 * j + e] * f : -INFINITY;
       if (e < 2) mx0 = fmaxf(mx0, s[4 * j + e]);
       else mx1 = fmaxf(mx1, s[4 * j + e]);
@@ -404,7 +421,7 @@ __device__ __forceinline__ void hm_consume_qk(const hm_params &p, const hm_ctx &
     ring_wait_full<2>(x.ring, x.c0 + c);
     const uint32_t kv_u32 = x.tile_u32 + b * HM_TILE;
     float s[32];
-    hm_qk_tile<FP8>(s, o, x, kv_u32);
+    hm_qk_tile<FP8>(s, o, x, kv_u32, b, qd);
     float a0, a1, ps0, ps1;
     hm_softmax<FP8>(s, p, x, b, qd, qs0, qs1, m0, m1, a0, a1, ps0, ps1);
     l0 = l0 * a0 + ps0; /* quad-partial sums, reduced at the end */
@@ -543,7 +560,7 @@ __device__ __forceinline__ void hm_consume_seesaw(const hm_params &p, const hm_c
     ring_wait_full<2>(x.ring, x.c0 + c);
     const uint32_t kv_u32 = x.tile_u32 + b * HM_TILE;
     float s[32];
-    hm_qk_tile<FP8>(s, o, x, kv_u32);
+    hm_qk_tile<FP8>(s, o, x, kv_u32, b, qd);
     float ap0 = 1.f, ap1 = 1.f; /* alpha of the other's chunk c - 1 */
     if (c > 0) {
       ptx_bar_sync(bar_m_theirs, 256); /* m and alpha after the other's chunk c - 1 */
@@ -741,7 +758,7 @@ __device__ __forceinline__ void hm_merge_cluster(const hm_params &p, uint32_t s_
  */
 
 /* bf16 KV: cp.async, up to two chunks in flight. CONVERTED (the seesaw over packed FP8 KV): the rows
- * are the converted ones (f16 latent, bf16 rope, both x 2^-K), and each row's 2^K goes to colf_s. */
+ * are the converted ones (f16 latent x 2^-K, bf16 rope as stored), and each row's 2^K goes to colf_s. */
 template <bool CONVERTED>
 __device__ __forceinline__ void hm_produce_bf16(const hm_params &p, const int32_t *idx_row, int end, int n, int c0,
                                                 uint32_t tile_u32, const mbar_ring &ring, int *valid_s, float *colf_s,
@@ -797,7 +814,7 @@ __device__ __forceinline__ void hm_produce_bf16(const hm_params &p, const int32_
 
 /* Packed FP8 KV. The 512 e4m3 bytes of a row are four 128-byte lines = its four scale groups; the
  * next chunk's lines wait in registers (loaded as soon as this chunk's are converted) while the
- * consumers work. The tile holds the latent dims in f16 and the rope dims in bf16, both times 2^-K_r. */
+ * consumers work. The tile holds the latent dims in f16 times 2^-K_r and the rope dims in bf16 as stored. */
 __device__ __forceinline__ void hm_produce_fp8(const hm_params &p, const int32_t *idx_row, int end, int n, int c0,
                                                uint32_t tile_u32, const mbar_ring &ring, int *valid_s, float *colf_s,
                                                int w, int lane) {
@@ -830,7 +847,8 @@ __device__ __forceinline__ void hm_produce_fp8(const hm_params &p, const int32_t
     }
     ring_wait_empty<2>(ring, c0 + c);
     const uint32_t tile = tile_u32 + b * HM_TILE;
-    /* rope (bf16) lands by cp.async while the e4m3 lines are converted; scaled by 2^-K_r in place below */
+    /* rope (bf16) lands by cp.async while the e4m3 lines are converted, as it is (QK scales only the latent
+     * sums: hm_qk_tile) */
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const uint8_t *row = kvb + (int64_t)(slot[q] >= 0 ? slot[q] : 0) * MLA_FP8_SLOT_BYTES;
@@ -838,16 +856,14 @@ __device__ __forceinline__ void hm_produce_fp8(const hm_params &p, const int32_t
                       slot[q] >= 0 ? 16 : 0);
     }
     ptx_cp_async_commit();
-    uint32_t fq[4]; /* 2^-K_r of each of this lane's rows, bf16x2 */
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const int r = 16 * w + 4 * q + r4;
       /* K_r = the largest binary exponent of the row's four scales: group g is stored as
-       * e4m3 x f16(scale_g 2^-K_r) (a multiplier below 2, values below 896), the rope as
-       * bf16 x 2^-K_r (exact), and 2^K_r goes to the consumers for the score and P */
+       * e4m3 x f16(scale_g 2^-K_r) (a multiplier below 2, values below 896), and 2^K_r goes to the
+       * consumers for the score and P */
       const int K = hm_row_exponent(sc[q]);
       const float f = hm_pow2(-K);
-      fq[q] = ptx_f32x2_to_bf16x2(f, f);
       const uint32_t mult_mine = ptx_f32x2_to_f16x2(sc[q] * f, sc[q] * f);
       if (pl == 0) {
         valid_s[b * HM_ROWS + r] = slot[q];
@@ -875,13 +891,6 @@ __device__ __forceinline__ void hm_produce_fp8(const hm_params &p, const int32_t
       pslot[q] = mla_entry_raw(idx_row, (c + 3) * HM_ROWS + 16 * w + 4 * q + r4, end); /* checked when used */
     }
     ptx_cp_async_wait<0>();
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const uint32_t a = tile + hm_tile_off(16 * w + 4 * q + r4, 64 + pl);
-      const uint4 v = ptx_ld_shared_v4(a); /* bf16 x 2^-K_r: exact */
-      ptx_st_shared_v4(a, ptx_mul_bf16x2(v.x, fq[q]), ptx_mul_bf16x2(v.y, fq[q]), ptx_mul_bf16x2(v.z, fq[q]),
-                       ptx_mul_bf16x2(v.w, fq[q]));
-    }
     ptx_fence_proxy_async_smem();
     ptx_mbar_arrive(ring_full(ring, b));
   }
@@ -941,7 +950,7 @@ __device__ __forceinline__ void hm_load_q(const hm_params &p, uint8_t *smem, flo
 /* ---------------------------------------------------------------------------------------------
  * The seesaw over packed FP8 KV: every slot converted once, before the attention kernel, into the
  * tile row hm_produce_fp8 would make of it (the same operations, so the same bits): 512 latent dims
- * e4m3 x f16(scale_g 2^-K) in f16, 64 rope dims bf16 x 2^-K, and colf[s] = 2^K (K: the largest
+ * e4m3 x f16(scale_g 2^-K) in f16, 64 rope dims bf16 as stored, and colf[s] = 2^K (K: the largest
  * binary exponent of the four scales, within +-100). The attention kernel's producer then copies
  * rows (hm_produce_bf16<true>), so both consumer warpgroups can hold the seesaw's registers.
  * A warp a slot: lane l converts latent bytes [16 l, 16 l + 16) (scale group l / 8), lanes 0..7 the
@@ -964,12 +973,9 @@ __global__ void __launch_bounds__(HM_CONVERT_THREADS) hm_convert_rows_kernel(con
   uint4 *dst = (uint4 *)(rows + s * (int64_t)DSA_CONVERTED_ROW_BYTES) + 2 * lane;
   dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
   dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
-  if (lane < 8) { /* the rope: bf16 x 2^-K, exact */
-    const uint32_t fq = ptx_f32x2_to_bf16x2(f, f);
-    const uint4 r = ptx_ld_nc_v4(row + MLA_FP8_ROPE_OFF + 16 * lane);
+  if (lane < 8) /* the rope as it is */
     ((uint4 *)(rows + s * (int64_t)DSA_CONVERTED_ROW_BYTES + 2 * MLA_V_DIM))[lane] =
-        make_uint4(ptx_mul_bf16x2(r.x, fq), ptx_mul_bf16x2(r.y, fq), ptx_mul_bf16x2(r.z, fq), ptx_mul_bf16x2(r.w, fq));
-  }
+        ptx_ld_nc_v4(row + MLA_FP8_ROPE_OFF + 16 * lane);
   if (lane == 0) colf[s] = hm_pow2(K);
 }
 
