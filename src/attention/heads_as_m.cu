@@ -38,8 +38,9 @@
  * Numerics, FP8: Q's latent dims are f16 and its rope dims bf16, both times 2^-e_h per head (e_h puts
  * the head's largest |q| in [2^14, 2^15): exact for bf16 input); QK sums the latent dims by f16
  * wgmmas in fp32, multiplies each column by its row's 2^K_r (exact), then adds the rope's bf16 wgmmas
- * to the same accumulator; the score is S 2^e_h (a power of two); P goes to PV in f16 times 2^K_r. bf16 KV: everything bf16, rows exact. P is rounded to the 16-bit type, as in
- * every tensor-core attention.
+ * to the same accumulator; the score is S 2^e_h (a power of two); P goes to PV in f16 times 2^K_r.
+ * bf16 KV: everything bf16, rows exact. P is rounded to the 16-bit type, as in every tensor-core
+ * attention.
  * Shared memory (hm_smem, 227 KiB: the limit): Q 72 KiB, two tiles of 72 KiB, P 8 KiB, per-chunk row
  * slots and factors, the barriers. Everything is fixed-order: same input, same bits.
  */
@@ -124,6 +125,7 @@ static_assert(HM_REG_QK(false) + HM_REG_PV(false) + HM_REG_PRODUCER(false) <= 50
  * spill (468 / 184 / 176 bytes of loads) and ptxas serialises the wgmmas (C7512) — hence the
  * conversion beforehand. docs/PERF.md. */
 #define HM_REG_SEESAW 208
+static_assert(2 * HM_REG_SEESAW + HM_REG_PRODUCER(false) <= 504, "registers");
 /* bf16 KV: warpgroup 0 issues its PV from P in registers (wgmma RS) and stores P for warpgroup 1 while it
  * runs, the P store and both hand-off barriers off its chain: H100 2026-12-05, 4096 x 128 heads 4,725 ->
  * 4,639 us, prefill 64 x 128 77.1 -> 75.5, the GLM chunk 2,661 -> 2,636, decode 128 x 128 157.6 -> 156.7.
@@ -131,7 +133,6 @@ static_assert(HM_REG_QK(false) + HM_REG_PV(false) + HM_REG_PRODUCER(false) <= 50
  * to the producer the chunks wait on, would start later (128 x 128 201.5 -> 205.8, 256 x 64 208.5 ->
  * 212.5). docs/bench/attn-wg0-pv-rs-h100-2026-12-05/. */
 #define HM_WG0_PV_RS(FP8) (!(FP8))
-static_assert(2 * HM_REG_SEESAW + HM_REG_PRODUCER(false) <= 504, "registers");
 
 typedef struct {
   mla_io io;              /* num_slots capped at 2^31 (mla_slots_cap) */
@@ -445,18 +446,18 @@ __device__ __forceinline__ void hm_consume_qk(const hm_params &p, const hm_ctx &
       ptx_wgmma_wait<0>();
       hm_keep_p(pa);
     } else {
-    /* ---- P and alpha to shared memory, for both warpgroups' PV ---- */
-    if (c >= 1) ptx_bar_sync(HM_BAR_P_FREE, 256); /* warpgroup 1 is done with P(c-1) and alpha(c-1) */
-    hm_store_p<FP8>(s, x.p_u32, w, lane);
-    if (qd == 0) {
-      x.alpha_s[h0] = a0;
-      x.alpha_s[h0 + 8] = a1;
-    }
-    ptx_fence_proxy_async_smem();
-    ptx_bar_sync(HM_BAR_P_READY, 256); /* P(c), alpha(c) ready for both warpgroups' PV (warpgroup 1 is already waiting) */
-    hm_rescale(o, a0, a1);
-    hm_pv_issue<FP8>(o, x.p_u32, kv_u32, 0);
-    ptx_wgmma_wait<0>();
+      /* ---- P and alpha to shared memory, for both warpgroups' PV ---- */
+      if (c >= 1) ptx_bar_sync(HM_BAR_P_FREE, 256); /* warpgroup 1 is done with P(c-1) and alpha(c-1) */
+      hm_store_p<FP8>(s, x.p_u32, w, lane);
+      if (qd == 0) {
+        x.alpha_s[h0] = a0;
+        x.alpha_s[h0 + 8] = a1;
+      }
+      ptx_fence_proxy_async_smem();
+      ptx_bar_sync(HM_BAR_P_READY, 256); /* P(c), alpha(c) ready for both PVs (warpgroup 1 is already waiting) */
+      hm_rescale(o, a0, a1);
+      hm_pv_issue<FP8>(o, x.p_u32, kv_u32, 0);
+      ptx_wgmma_wait<0>();
     }
     ptx_reg_fence(o);
     ptx_mbar_arrive(ring_empty(x.ring, b));
@@ -515,7 +516,6 @@ __device__ __forceinline__ void hm_consume_pv(const hm_params &p, const hm_ctx &
   if (x.splits > 1) hm_stage_o(x, o, h0, qd, 256);
   else hm_store_out(p, x, o, h0, qd, 256, x.l_s[h0], x.l_s[h0 + 8]);
 }
-
 
 /* The other warpgroup's chunk c on this warpgroup's O half: its P from shared memory, O and the own
  * partial sums rescaled by its alpha first (chunks accumulate in order). */
