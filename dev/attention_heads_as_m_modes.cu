@@ -377,10 +377,8 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hmx_attention_kernel(const hm_p
   const uint32_t raw_u32 = ptx_smem_u32(smem_raw);
   const uint32_t s_u32 = (raw_u32 + 1023u) & ~1023u;
   uint8_t *smem = smem_raw + (s_u32 - raw_u32);
-  const uint32_t q_u32 = s_u32 + HM_Q_OFF, tile_u32 = s_u32 + HM_TILE_OFF, p_u32 = s_u32 + HM_P_OFF;
+  const uint32_t tile_u32 = s_u32 + HM_TILE_OFF;
   int *valid_s = (int *)(smem + HM_VALID_OFF);
-  float *alpha_s = (float *)(smem + HM_ALPHA_OFF);
-  float *l_s = (float *)(smem + HM_L_OFF);
   float *colf_s = (float *)(smem + HM_COLF_OFF), *qexp_s = (float *)(smem + HM_QEXP_OFF);
   mbar_ring ring;
   ring.full = s_u32 + HM_BAR_OFF;
@@ -388,66 +386,38 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hmx_attention_kernel(const hm_p
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int split = (int)(blockIdx.x % p.splits); /* = the rank in the cluster */
-  const int64_t unit = blockIdx.x / p.splits;
-  const int group = (int)(unit % p.num_groups);
-  const int64_t t = p.token_offset + unit / p.num_groups;
-  const int head0 = group * HM_HEADS;
 
   if (tid == 0) ring_init(ring, 2, 128, 256);
   __syncthreads();
   ptx_griddep_wait();
-
-  int end = p.topk;
-  if (p.io.lens) end = min(end, max(__ldg(p.io.lens + t), 0));
-  const int n_all = end > 0 ? (end + HM_ROWS - 1) / HM_ROWS : 0;
-  /* this split's chunks: [c0, c0 + n) of the token's n_all; entries counted from c0's first */
-  const int per = (n_all + p.splits - 1) / p.splits, c0 = split * per;
-  const int n = max(0, min(per, n_all - c0));
-  end = min(end - c0 * HM_ROWS, n * HM_ROWS);
-  const int32_t *idx_row = p.io.indices + t * p.io.indices_stride + (int64_t)c0 * HM_ROWS;
+  const hm_unit u = hm_unit_of(p, blockIdx.x / p.splits, split);
 
   if (warp >= 8) {
     const int w = warp - 8;
     if (!FP8) {
       ptx_setmaxnreg_dec<HM_REG_PRODUCER(false)>();
-      hmx_produce_bf16(p, idx_row, end, n, tile_u32, ring, valid_s, w, lane);
+      hmx_produce_bf16(p, u.idx_row, u.end, u.n, tile_u32, ring, valid_s, w, lane);
     } else {
       ptx_setmaxnreg_dec<HM_REG_PRODUCER(true)>();
-      hmx_produce_fp8(p, idx_row, end, n, tile_u32, ring, valid_s, colf_s, w, lane);
+      hmx_produce_fp8(p, u.idx_row, u.end, u.n, tile_u32, ring, valid_s, colf_s, w, lane);
     }
-    if (p.splits > 1) hm_merge_cluster<FP8>(p, s_u32, smem, t, head0, false, tid); /* joins the barriers only */
+    if (p.splits > 1) hm_merge_cluster<FP8>(p, s_u32, smem, u.t, u.head0, false, tid); /* joins the barriers only */
     return;
   }
 
   const int cw = warp >> 2;
-  hm_load_q<FP8>(p, smem, qexp_s, t, head0, warp, lane);
+  hm_load_q<FP8>(p, smem, qexp_s, u.t, u.head0, warp, lane);
   ptx_fence_proxy_async_smem();
   ptx_bar_sync(HM_BAR_Q_LOADED, 256);
-  hm_ctx x;
-  x.q_u32 = q_u32;
-  x.tile_u32 = tile_u32;
-  x.p_u32 = p_u32;
-  x.ring = ring;
-  x.valid_s = valid_s;
-  x.alpha_s = alpha_s;
-  x.l_s = l_s;
-  x.colf_s = colf_s;
-  x.qexp_s = qexp_s;
-  x.n = n;
-  x.head0 = head0;
-  x.splits = p.splits;
-  x.c0 = 0;
-  x.last = true;
-  x.t = t;
+  const hm_ctx x = hm_ctx_of(s_u32, smem, u, p.splits, 0, true);
   if (cw == 0) {
     ptx_setmaxnreg_inc<HM_REG_QK(FP8)>(); /* O half, S and the softmax */
     hmx_consume_qk<FP8>(p, x, warp & 3, lane);
-    if (p.splits > 1) hm_merge_cluster<FP8>(p, s_u32, smem, t, head0, true, tid);
   } else {
     if (HM_REG_PV(FP8) > 168) ptx_setmaxnreg_inc<(HM_REG_PV(FP8) > 168 ? HM_REG_PV(FP8) : 168)>();
     hmx_consume_pv<FP8>(p, x, warp & 3, lane);
-    if (p.splits > 1) hm_merge_cluster<FP8>(p, s_u32, smem, t, head0, true, tid);
   }
+  if (p.splits > 1) hm_merge_cluster<FP8>(p, s_u32, smem, u.t, u.head0, true, tid);
 }
 
 static void run(int fp8, int T, int H) {

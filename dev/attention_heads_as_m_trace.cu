@@ -44,10 +44,8 @@ __global__ void __launch_bounds__(HM_THREADS, 1) ht_traced_kernel(const hm_param
   const uint32_t raw_u32 = ptx_smem_u32(smem_raw);
   const uint32_t s_u32 = (raw_u32 + 1023u) & ~1023u;
   uint8_t *smem = smem_raw + (s_u32 - raw_u32);
-  const uint32_t q_u32 = s_u32 + HM_Q_OFF, tile_u32 = s_u32 + HM_TILE_OFF, p_u32 = s_u32 + HM_P_OFF;
+  const uint32_t tile_u32 = s_u32 + HM_TILE_OFF;
   int *valid_s = (int *)(smem + HM_VALID_OFF);
-  float *alpha_s = (float *)(smem + HM_ALPHA_OFF);
-  float *l_s = (float *)(smem + HM_L_OFF);
   float *colf_s = (float *)(smem + HM_COLF_OFF), *qexp_s = (float *)(smem + HM_QEXP_OFF);
   mbar_ring ring;
   ring.full = s_u32 + HM_BAR_OFF;
@@ -56,54 +54,28 @@ __global__ void __launch_bounds__(HM_THREADS, 1) ht_traced_kernel(const hm_param
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   if (tid == 0) TRACE(T_ENTRY);
   const int split = (int)(blockIdx.x % p.splits);
-  const int64_t unit = blockIdx.x / p.splits;
-  const int group = (int)(unit % p.num_groups);
-  const int64_t t = p.token_offset + unit / p.num_groups;
-  const int head0 = group * HM_HEADS;
 
   if (tid == 0) ring_init(ring, 2, 128, 256);
   __syncthreads();
   ptx_griddep_wait();
   if (tid == 0) TRACE(T_GRIDDEP);
-
-  int end = p.topk;
-  if (p.io.lens) end = min(end, max(__ldg(p.io.lens + t), 0));
-  const int n_all = end > 0 ? (end + HM_ROWS - 1) / HM_ROWS : 0;
-  const int per = (n_all + p.splits - 1) / p.splits, c0 = split * per;
-  const int n = max(0, min(per, n_all - c0));
-  end = min(end - c0 * HM_ROWS, n * HM_ROWS);
-  const int32_t *idx_row = p.io.indices + t * p.io.indices_stride + (int64_t)c0 * HM_ROWS;
+  const hm_unit u = hm_unit_of(p, blockIdx.x / p.splits, split);
 
   if (warp >= 8) {
     const int w = warp - 8;
     ptx_setmaxnreg_dec<HM_REG_PRODUCER(true)>();
-    hm_produce_fp8(p, idx_row, end, n, 0, tile_u32, ring, valid_s, colf_s, w, lane);
+    hm_produce_fp8(p, u.idx_row, u.end, u.n, 0, tile_u32, ring, valid_s, colf_s, w, lane);
     TRACE(T_PRODUCED);
-    if (p.splits > 1) hm_merge_cluster<FP8>(p, s_u32, smem, t, head0, false, tid);
+    if (p.splits > 1) hm_merge_cluster<FP8>(p, s_u32, smem, u.t, u.head0, false, tid);
     return;
   }
 
   const int cw = warp >> 2;
-  hm_load_q<FP8>(p, smem, qexp_s, t, head0, warp, lane);
+  hm_load_q<FP8>(p, smem, qexp_s, u.t, u.head0, warp, lane);
   ptx_fence_proxy_async_smem();
   ptx_bar_sync(HM_BAR_Q_LOADED, 256);
   if (tid == 0) TRACE(T_Q);
-  hm_ctx x;
-  x.q_u32 = q_u32;
-  x.tile_u32 = tile_u32;
-  x.p_u32 = p_u32;
-  x.ring = ring;
-  x.valid_s = valid_s;
-  x.alpha_s = alpha_s;
-  x.l_s = l_s;
-  x.colf_s = colf_s;
-  x.qexp_s = qexp_s;
-  x.n = n;
-  x.head0 = head0;
-  x.splits = p.splits;
-  x.c0 = 0;
-  x.last = true;
-  x.t = t;
+  const hm_ctx x = hm_ctx_of(s_u32, smem, u, p.splits, 0, true);
   if (cw == 0) {
     ptx_setmaxnreg_inc<HM_REG_QK(FP8)>();
     hm_consume_qk<FP8>(p, x, warp & 3, lane);
@@ -111,11 +83,7 @@ __global__ void __launch_bounds__(HM_THREADS, 1) ht_traced_kernel(const hm_param
     if (p.splits > 1) { /* hm_merge_cluster, stamped between its barriers */
       ptx_cluster_sync();
       TRACE(T_CLUSTER);
-      switch (p.splits) {
-        case 2: hm_merge_splits_outlined<2>(p.io.out, p.io.lse, p.num_heads, s_u32, smem, t, head0, tid); break;
-        case 4: hm_merge_splits_outlined<4>(p.io.out, p.io.lse, p.num_heads, s_u32, smem, t, head0, tid); break;
-        default: hm_merge_splits_outlined<8>(p.io.out, p.io.lse, p.num_heads, s_u32, smem, t, head0, tid); break;
-      }
+      hm_merge_any<FP8>(p, s_u32, smem, u.t, u.head0, tid);
       TRACE(T_MERGED);
       ptx_cluster_sync();
     }
@@ -124,7 +92,7 @@ __global__ void __launch_bounds__(HM_THREADS, 1) ht_traced_kernel(const hm_param
     if (HM_REG_PV(FP8) > 168) ptx_setmaxnreg_inc<(HM_REG_PV(FP8) > 168 ? HM_REG_PV(FP8) : 168)>();
     hm_consume_pv<FP8>(p, x, warp & 3, lane);
     TRACE(T_PV_DONE);
-    if (p.splits > 1) hm_merge_cluster<FP8>(p, s_u32, smem, t, head0, true, tid);
+    if (p.splits > 1) hm_merge_cluster<FP8>(p, s_u32, smem, u.t, u.head0, true, tid);
   }
 }
 

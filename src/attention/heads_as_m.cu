@@ -309,7 +309,6 @@ __device__ __forceinline__ void hm_softmax(float (&s)[32], const hm_params &p, c
                                            float qs1, float &m0, float &m1, float &a0, float &a1, float &ps0,
                                            float &ps1) {
   const int *valid = x.valid_s + b * HM_ROWS;
-  const float *colf = x.colf_s + b * HM_ROWS;
   float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
   for (int j = 0; j < 8; ++j)
@@ -733,21 +732,25 @@ __device__ __forceinline__ void hm_merge_size(const hm_params &p, uint32_t s_u32
 
 /* A split CTA's end: the cluster's merge between two cluster barriers, which every thread of the CTA
  * joins; the 256 consumer threads (merges, ctid their thread) merge. */
+/* This CTA's share of the merge, for the cluster's size (2..8). */
+template <bool OUTLINED>
+__device__ __forceinline__ void hm_merge_any(const hm_params &p, uint32_t s_u32, uint8_t *smem, int64_t t, int head0,
+                                             int ctid) {
+  switch (p.splits) {
+    case 2: hm_merge_size<2, OUTLINED>(p, s_u32, smem, t, head0, ctid); break;
+    case 3: hm_merge_size<3, OUTLINED>(p, s_u32, smem, t, head0, ctid); break;
+    case 4: hm_merge_size<4, OUTLINED>(p, s_u32, smem, t, head0, ctid); break;
+    case 5: hm_merge_size<5, OUTLINED>(p, s_u32, smem, t, head0, ctid); break;
+    case 6: hm_merge_size<6, OUTLINED>(p, s_u32, smem, t, head0, ctid); break;
+    case 7: hm_merge_size<7, OUTLINED>(p, s_u32, smem, t, head0, ctid); break;
+    default: hm_merge_size<8, OUTLINED>(p, s_u32, smem, t, head0, ctid); break;
+  }
+}
 template <bool OUTLINED>
 __device__ __forceinline__ void hm_merge_cluster(const hm_params &p, uint32_t s_u32, uint8_t *smem, int64_t t,
                                                  int head0, bool merges, int ctid) {
   ptx_cluster_sync(); /* every CTA of the (token, group) has its (m, l, O) staged */
-  if (merges) {
-    switch (p.splits) {
-      case 2: hm_merge_size<2, OUTLINED>(p, s_u32, smem, t, head0, ctid); break;
-      case 3: hm_merge_size<3, OUTLINED>(p, s_u32, smem, t, head0, ctid); break;
-      case 4: hm_merge_size<4, OUTLINED>(p, s_u32, smem, t, head0, ctid); break;
-      case 5: hm_merge_size<5, OUTLINED>(p, s_u32, smem, t, head0, ctid); break;
-      case 6: hm_merge_size<6, OUTLINED>(p, s_u32, smem, t, head0, ctid); break;
-      case 7: hm_merge_size<7, OUTLINED>(p, s_u32, smem, t, head0, ctid); break;
-      default: hm_merge_size<8, OUTLINED>(p, s_u32, smem, t, head0, ctid); break;
-    }
-  }
+  if (merges) hm_merge_any<OUTLINED>(p, s_u32, smem, t, head0, ctid);
   ptx_cluster_sync(); /* peers may still read this CTA's staging */
 }
 
@@ -1010,16 +1013,38 @@ __device__ __forceinline__ hm_unit hm_unit_of(const hm_params &p, int64_t unit, 
   return u;
 }
 
+/* The consumers' context for unit u in the CTA's shared memory (base s_u32 / smem): the windows, the
+ * unit, its splits, the ring's uses before it (c0) and whether it is the CTA's last. */
+__device__ __forceinline__ hm_ctx hm_ctx_of(uint32_t s_u32, uint8_t *smem, const hm_unit &u, int splits, int c0,
+                                            bool last) {
+  hm_ctx x;
+  x.q_u32 = s_u32 + HM_Q_OFF;
+  x.tile_u32 = s_u32 + HM_TILE_OFF;
+  x.p_u32 = s_u32 + HM_P_OFF;
+  x.ring.full = s_u32 + HM_BAR_OFF;
+  x.ring.empty = x.ring.full + 16;
+  x.valid_s = (int *)(smem + HM_VALID_OFF);
+  x.alpha_s = (float *)(smem + HM_ALPHA_OFF);
+  x.l_s = (float *)(smem + HM_L_OFF);
+  x.colf_s = (const float *)(smem + HM_COLF_OFF);
+  x.qexp_s = (const float *)(smem + HM_QEXP_OFF);
+  x.n = u.n;
+  x.head0 = u.head0;
+  x.splits = splits;
+  x.c0 = c0;
+  x.last = last;
+  x.t = u.t;
+  return x;
+}
+
 template <bool FP8, bool SEESAW>
 __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_params p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw_u32 = ptx_smem_u32(smem_raw);
   const uint32_t s_u32 = (raw_u32 + 1023u) & ~1023u;
   uint8_t *smem = smem_raw + (s_u32 - raw_u32);
-  const uint32_t q_u32 = s_u32 + HM_Q_OFF, tile_u32 = s_u32 + HM_TILE_OFF, p_u32 = s_u32 + HM_P_OFF;
+  const uint32_t tile_u32 = s_u32 + HM_TILE_OFF;
   int *valid_s = (int *)(smem + HM_VALID_OFF);
-  float *alpha_s = (float *)(smem + HM_ALPHA_OFF);
-  float *l_s = (float *)(smem + HM_L_OFF);
   float *colf_s = (float *)(smem + HM_COLF_OFF), *qexp_s = (float *)(smem + HM_QEXP_OFF);
   mbar_ring ring;
   ring.full = s_u32 + HM_BAR_OFF;
@@ -1053,22 +1078,7 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_pa
   hm_load_q<FP8>(p, smem, qexp_s, u.t, u.head0, warp, lane);
   ptx_fence_proxy_async_smem();
   ptx_bar_sync(HM_BAR_Q_LOADED, 256);
-  hm_ctx x;
-  x.q_u32 = q_u32;
-  x.tile_u32 = tile_u32;
-  x.p_u32 = p_u32;
-  x.ring = ring;
-  x.valid_s = valid_s;
-  x.alpha_s = alpha_s;
-  x.l_s = l_s;
-  x.colf_s = colf_s;
-  x.qexp_s = qexp_s;
-  x.n = u.n;
-  x.head0 = u.head0;
-  x.splits = p.splits;
-  x.c0 = 0;
-  x.last = true;
-  x.t = u.t;
+  const hm_ctx x = hm_ctx_of(s_u32, smem, u, p.splits, 0, true);
   if (SEESAW) {
     ptx_setmaxnreg_inc<HM_REG_SEESAW>(); /* both: an O half, S and the softmax */
     hm_consume_seesaw<FP8>(p, x, cw, warp & 3, lane);
@@ -1096,23 +1106,7 @@ __device__ __forceinline__ void hm_consumer_units(const hm_params &p, uint8_t *s
     hm_load_q<false>(p, smem, (float *)(smem + HM_QEXP_OFF), u.t, u.head0, warp, lane);
     ptx_fence_proxy_async_smem();
     ptx_bar_sync(HM_BAR_Q_LOADED, 256);
-    hm_ctx x;
-    x.q_u32 = s_u32 + HM_Q_OFF;
-    x.tile_u32 = s_u32 + HM_TILE_OFF;
-    x.p_u32 = s_u32 + HM_P_OFF;
-    x.ring.full = s_u32 + HM_BAR_OFF;
-    x.ring.empty = x.ring.full + 16;
-    x.valid_s = (int *)(smem + HM_VALID_OFF);
-    x.alpha_s = (float *)(smem + HM_ALPHA_OFF);
-    x.l_s = (float *)(smem + HM_L_OFF);
-    x.colf_s = (const float *)(smem + HM_COLF_OFF);
-    x.qexp_s = (const float *)(smem + HM_QEXP_OFF);
-    x.splits = 1;
-    x.c0 = c0;
-    x.n = u.n;
-    x.head0 = u.head0;
-    x.t = u.t;
-    x.last = unit + gridDim.x >= p.num_units;
+    const hm_ctx x = hm_ctx_of(s_u32, smem, u, 1, c0, unit + gridDim.x >= p.num_units);
     if (QK) hm_consume_qk<false>(p, x, warp & 3, lane);
     else hm_consume_pv<false>(p, x, warp & 3, lane);
     c0 += u.n;
