@@ -374,15 +374,12 @@ __device__ __forceinline__ void hmx_consume_pv(const hm_params &p, const hm_ctx 
 template <bool FP8>
 __global__ void __launch_bounds__(HM_THREADS, 1) hmx_attention_kernel(const hm_params p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  const uint32_t raw_u32 = ptx_smem_u32(smem_raw);
-  const uint32_t s_u32 = (raw_u32 + 1023u) & ~1023u;
-  uint8_t *smem = smem_raw + (s_u32 - raw_u32);
+  uint32_t s_u32;
+  uint8_t *smem = hm_smem_base(smem_raw, s_u32);
   const uint32_t tile_u32 = s_u32 + HM_TILE_OFF;
   int *valid_s = (int *)(smem + HM_VALID_OFF);
   float *colf_s = (float *)(smem + HM_COLF_OFF), *qexp_s = (float *)(smem + HM_QEXP_OFF);
-  mbar_ring ring;
-  ring.full = s_u32 + HM_BAR_OFF;
-  ring.empty = ring.full + 16;
+  const mbar_ring ring = hm_ring_of(s_u32);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int split = (int)(blockIdx.x % p.splits); /* = the rank in the cluster */

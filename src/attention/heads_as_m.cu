@@ -990,6 +990,21 @@ __global__ void __launch_bounds__(HM_CONVERT_THREADS) hm_convert_rows_kernel(con
  * consumers stage the next Q after their epilogue. One loop for both would not do: the FP8 kernel's
  * code around it lost 1-4 % (H100, 2026-12-05), whose producer-bound chunks gained nothing from it.
  */
+/* The CTA's shared-memory plan (hm_smem) at its dynamic window aligned up to 1 KB (the swizzle atoms):
+ * a pointer to it, its shared-window address in s_u32 (an out-parameter: the same helper returning both
+ * as a struct moved the FP8 kernel's register allocation); and the ring's barriers there. */
+__device__ __forceinline__ uint8_t *hm_smem_base(uint8_t *smem_raw, uint32_t &s_u32) {
+  const uint32_t raw_u32 = ptx_smem_u32(smem_raw);
+  s_u32 = (raw_u32 + 1023u) & ~1023u;
+  return smem_raw + (s_u32 - raw_u32);
+}
+__device__ __forceinline__ mbar_ring hm_ring_of(uint32_t s_u32) {
+  mbar_ring r;
+  r.full = s_u32 + HM_BAR_OFF;
+  r.empty = r.full + 16;
+  return r;
+}
+
 /* A unit's share of the chunks: token t, heads head0 .., entries [c0 * 64, c0 * 64 + end) of its index
  * row (idx_row points at the first), n chunks; after the grid dependency (lens). */
 typedef struct {
@@ -1021,8 +1036,7 @@ __device__ __forceinline__ hm_ctx hm_ctx_of(uint32_t s_u32, uint8_t *smem, const
   x.q_u32 = s_u32 + HM_Q_OFF;
   x.tile_u32 = s_u32 + HM_TILE_OFF;
   x.p_u32 = s_u32 + HM_P_OFF;
-  x.ring.full = s_u32 + HM_BAR_OFF;
-  x.ring.empty = x.ring.full + 16;
+  x.ring = hm_ring_of(s_u32);
   x.valid_s = (int *)(smem + HM_VALID_OFF);
   x.alpha_s = (float *)(smem + HM_ALPHA_OFF);
   x.l_s = (float *)(smem + HM_L_OFF);
@@ -1040,15 +1054,12 @@ __device__ __forceinline__ hm_ctx hm_ctx_of(uint32_t s_u32, uint8_t *smem, const
 template <bool FP8, bool SEESAW>
 __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_params p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  const uint32_t raw_u32 = ptx_smem_u32(smem_raw);
-  const uint32_t s_u32 = (raw_u32 + 1023u) & ~1023u;
-  uint8_t *smem = smem_raw + (s_u32 - raw_u32);
+  uint32_t s_u32;
+  uint8_t *smem = hm_smem_base(smem_raw, s_u32);
   const uint32_t tile_u32 = s_u32 + HM_TILE_OFF;
   int *valid_s = (int *)(smem + HM_VALID_OFF);
   float *colf_s = (float *)(smem + HM_COLF_OFF), *qexp_s = (float *)(smem + HM_QEXP_OFF);
-  mbar_ring ring;
-  ring.full = s_u32 + HM_BAR_OFF;
-  ring.empty = ring.full + 16;
+  const mbar_ring ring = hm_ring_of(s_u32);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int split = (int)(blockIdx.x % p.splits); /* = the rank in the cluster */
@@ -1115,12 +1126,9 @@ __device__ __forceinline__ void hm_consumer_units(const hm_params &p, uint8_t *s
 
 __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_units_kernel(const hm_params p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  const uint32_t raw_u32 = ptx_smem_u32(smem_raw);
-  const uint32_t s_u32 = (raw_u32 + 1023u) & ~1023u;
-  uint8_t *smem = smem_raw + (s_u32 - raw_u32);
-  mbar_ring ring;
-  ring.full = s_u32 + HM_BAR_OFF;
-  ring.empty = ring.full + 16;
+  uint32_t s_u32;
+  uint8_t *smem = hm_smem_base(smem_raw, s_u32);
+  const mbar_ring ring = hm_ring_of(s_u32);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 
   if (tid == 0) ring_init(ring, 2, 128, 256);
