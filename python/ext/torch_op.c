@@ -63,6 +63,8 @@ static struct {
   aoti_error (*delete_tensor)(aten_tensor);
   aoti_error (*reinterpret)(aten_tensor self, int64_t ndim, const int64_t *sizes, const int64_t *strides,
                             int64_t storage_offset, aten_tensor *out); /* NULL: each workspace its own block */
+  /* Tensor.view(dtype); NULL: a call's outputs take a block each */
+  aoti_error (*view_dtype)(aten_tensor self, int32_t dtype, aten_tensor *out);
   aoti_error (*current_cuda_stream)(int32_t device_index, void **stream); /* NULL: a CPU-only PyTorch */
   void (*operator_delete)(void *);                                         /* ::operator delete(void *) */
   void (*throw_runtime_error)(const char *);                               /* std::__throw_runtime_error */
@@ -102,6 +104,7 @@ PyObject *fc_torch_setup(PyObject *self, PyObject *args) {
   *(void **)&T.delete_tensor = lookup(cpu, "aoti_torch_delete_tensor_object", &missing);
   int optional = 0; /* without it a workspace takes a block of its own */
   *(void **)&T.reinterpret = lookup(cpu, "aoti_torch__reinterpret_tensor", &optional);
+  *(void **)&T.view_dtype = lookup(cpu, "aoti_torch_view_dtype", &optional);
   *(void **)&T.operator_delete = lookup(cxx, "_ZdlPv", &missing);
   *(void **)&T.throw_runtime_error = lookup(cxx, "_ZSt21__throw_runtime_errorPKc", &missing);
   static const char *const dtype_fn[FC_DT_COUNT] = {
@@ -191,11 +194,78 @@ static int new_handles(const fc_plan *p, const int *which, int k, aten_tensor *h
   return 0;
 }
 
+/* The bytes allocation a of plan p spans (its strides' extent); the workspace's: what the call needs. */
+static size_t alloc_bytes(const fc_plan *p, int i) {
+  if (p->offset[i] == FC_WORKSPACE) return p->ws_need;
+  const fc_csig *a = &p->calloc[i];
+  int64_t last = 0; /* the farthest element from the first */
+  for (int d = 0; d < a->ndim; d++) {
+    if (a->size[d] == 0) return 0;
+    last += (a->size[d] - 1) * a->stride[d];
+  }
+  return (size_t)(last + 1) * (size_t)fc_dtype_bytes[a->dtype];
+}
+
+/* Plan p's allocations which[0 .. k) as one block of the caching allocator (dsa's own calls, where
+ * each allocation costs microseconds of host time and the call's outputs are small), each at a
+ * WS_ALIGN boundary in the call's order: an output a tensor of its own shape and dtype over the
+ * block's storage (the block is of the first output's dtype; another dtype through Tensor.view(dtype)
+ * of it; then _reinterpret_tensor: a tensor of its own, not a view), the workspace a pointer into
+ * it (no handle). Where the whole is over WS_SHARED_MAX, or PyTorch lacks a function it takes,
+ * it makes nothing and answers 1 (the caller allocates apart); else 0, or -1 (nothing made). *ws_in:
+ * the j of an output holding the workspace (-1: none). torch.ops.dsa keeps its outputs apart:
+ * torch.library forbids an operator's outputs to alias each other. */
+static int one_block(const fc_plan *p, const int *which, int k, aten_tensor *h, void **ptr, int *ws_in) {
+  size_t at[FC_MAX_ARGS], total = 0;
+  if (k < 2 || !T.reinterpret || !T.view_dtype) return 1;
+  for (int j = 0; j < k; j++) {
+    at[j] = total;
+    total += (alloc_bytes(p, which[j]) + WS_ALIGN - 1) & ~(size_t)(WS_ALIGN - 1);
+  }
+  if (total > WS_SHARED_MAX) return 1;
+  total += WS_ALIGN; /* room to align the first (CUDA's blocks are aligned; the CPU's to 64 bytes) */
+  const int32_t type = p->c_on_cpu ? T.device_cpu : T.device_cuda, index = p->c_on_cpu ? -1 : (int32_t)p->c_device;
+  int dtype = FC_DT_U8; /* the block's: the first output's */
+  for (int j = k - 1; j >= 0; j--)
+    if (p->offset[which[j]] != FC_WORKSPACE) dtype = p->calloc[which[j]].dtype;
+  const int64_t n = (int64_t)(total / (size_t)fc_dtype_bytes[dtype]), one = 1; /* WS_ALIGN: a whole number */
+  aten_tensor block = NULL;
+  char *data;
+  *ws_in = -1;
+  for (int j = 0; j < k; j++) h[j] = NULL;
+  if (T.empty_strided(1, &n, &one, T.dtype[dtype], type, index, &block) || !block ||
+      T.get_data_ptr(block, (void **)&data))
+    goto fail;
+  const size_t pad = (size_t)(-(uintptr_t)data & (WS_ALIGN - 1)); /* a multiple of every dtype's size */
+  for (int j = 0; j < k; j++) {
+    at[j] += pad;
+    ptr[j] = data + at[j];
+    if (p->offset[which[j]] == FC_WORKSPACE) continue;
+    const fc_csig *a = &p->calloc[which[j]];
+    aten_tensor typed = block;
+    if (a->dtype != dtype && (T.view_dtype(block, T.dtype[a->dtype], &typed) || !typed)) goto fail;
+    const aoti_error e = T.reinterpret(typed, a->ndim, a->size, a->stride,
+                                       (int64_t)(at[j] / (size_t)fc_dtype_bytes[a->dtype]), &h[j]);
+    if (typed != block) T.delete_tensor(typed);
+    if (e || !h[j]) goto fail;
+    if (*ws_in < 0) *ws_in = j;
+  }
+  T.delete_tensor(block); /* the outputs keep the storage */
+  return 0;
+fail:
+  for (int j = 0; j < k; j++)
+    if (h[j]) T.delete_tensor(h[j]), h[j] = NULL;
+  if (block) T.delete_tensor(block);
+  return -1;
+}
+
 int fc_torch_new_tensors(const fc_plan *p, const int *which, int k, PyObject *steal, PyObject **out, void **ptr,
                          int *ws_in) {
   aten_tensor h[FC_MAX_ARGS];
   int pos[FC_MAX_ARGS], n = 0, taken = 0, status = -1; /* pos: the j of each handle handed over */
-  if (new_handles(p, which, k, h, ptr, ws_in)) {
+  int r = one_block(p, which, k, h, ptr, ws_in);
+  if (r > 0) r = new_handles(p, which, k, h, ptr, ws_in);
+  if (r) {
     PyErr_Format(PyExc_RuntimeError, "dsa: an output could not be allocated");
     return -1;
   }

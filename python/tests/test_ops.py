@@ -279,6 +279,7 @@ def test_c_kernels_call_c_as_the_checked_path_does(c_kernels_on_cpu, monkeypatch
     _fast._configure()
     order = list(cases) * 3
     random.Random(0).shuffle(order)
+    blocks = set()
     for case in order:
         name, *args = cases[case]()
         want, got0 = checked[case]
@@ -291,7 +292,13 @@ def test_c_kernels_call_c_as_the_checked_path_does(c_kernels_on_cpu, monkeypatch
         outs0 = got0 if isinstance(got0, tuple) else () if got0 is None else (got0,)
         assert [(o.shape, o.dtype, o.stride(), o.device) for o in outs] == \
             [(o.shape, o.dtype, o.stride(), o.device) for o in outs0], case
+        if via == "dsa" and _one_block(case, rec.last_call, outs):
+            blocks.add(case)
+            continue
         _workspace_beside_an_output(case, rec.last_call, outs)
+    if via == "dsa":  # every call making two or more allocations (of at most 2 MiB) made one
+        assert blocks == set(cases) - {"index_k_store", "mla_kv_store", "indexer_decode_scores",
+                                       "indexer_prefill_scores"}, sorted(blocks)
     assert not empties, f"torch.empty called {len(empties)} times"
     # no reference to an output kept in C++ (PyTorch would then keep its Python object alive too)
     import gc
@@ -301,6 +308,34 @@ def test_c_kernels_call_c_as_the_checked_path_does(c_kernels_on_cpu, monkeypatch
     refs = [weakref.ref(o) for o in call(name, args)]
     gc.collect()
     assert all(r() is None for r in refs), "an output outlives its last reference"
+
+
+def _one_block(case, record, outs):
+    """Whether dsa's own call made its outputs and workspace as one block (what it does where they
+    come to at most 2 MiB and are two or more): then every output is a tensor of its own (no _base)
+    over one storage, each at a 256-byte boundary, none overlapping another or the workspace, which
+    lies in the same storage. False where the call made a single allocation or more than 2 MiB."""
+    ws, ws_bytes = record[1], record[2]
+    st = {o.untyped_storage().data_ptr() for o in outs}
+    made = len(outs) + (ws is not None and any(_in_storage(o, ws) for o in outs))
+    if len(st) != 1 or made < 2:
+        return False
+    spans = [(o.data_ptr(), o.data_ptr() + o.numel() * o.element_size()) for o in outs]
+    if ws is not None:
+        spans.append((ws, ws + ws_bytes))
+    total = sum((b - a + 255) // 256 * 256 for a, b in spans)
+    assert total <= 2 << 20, f"{case}: {total} bytes in one block"
+    assert all(o._base is None for o in outs), f"{case}: an output is a view"
+    assert all(a % 256 == 0 for a, _ in spans), f"{case}: {[hex(a) for a, _ in spans]}"
+    assert all(_in_storage(o, a) or a == b for o in outs[:1] for a, b in spans), case
+    spans.sort()
+    assert all(spans[i][1] <= spans[i + 1][0] for i in range(len(spans) - 1)), f"{case}: overlapping {spans}"
+    return True
+
+
+def _in_storage(o, ptr):
+    st = o.untyped_storage()
+    return st.data_ptr() <= ptr < st.data_ptr() + st.nbytes()
 
 
 def _workspace_beside_an_output(case, record, outs):
@@ -343,6 +378,27 @@ def test_c_kernels_give_a_large_workspace_its_own_block(c_kernels_on_cpu, via):
         in_out = [o for o in got if o.untyped_storage().data_ptr() <= rec.last_call[1] <
                   o.untyped_storage().data_ptr() + o.untyped_storage().nbytes()]
         assert len(in_out) == (ws_bytes <= 2 << 20), ws_bytes
+
+
+def test_one_block_edges(c_kernels_on_cpu):
+    """dsa's own calls' one block: outputs of two dtypes (sparse_mla's bf16 out and float32 lse) each
+    written without touching the other, and a call with no rows (empty outputs) still answered with
+    outputs of the right shapes."""
+    import dsa.ops as ops
+
+    e, bf, i32, u8 = torch.empty, torch.bfloat16, torch.int32, torch.uint8
+    for _ in range(2):  # the checked path, then the plan
+        out, lse = ops.sparse_mla.fn(e(3, 16, 576, dtype=bf), e(100, 656, dtype=u8), e(3, 64, dtype=i32), 0.07,
+                                     e(3, dtype=i32))
+    assert out.untyped_storage().data_ptr() == lse.untyped_storage().data_ptr(), "not one block"
+    out.fill_(7.0)
+    lse.fill_(-3.0)
+    assert bool((out == 7.0).all()) and bool((lse == -3.0).all())
+    out.fill_(-1.0)
+    assert bool((lse == -3.0).all())
+    for _ in range(2):
+        idx, lens = ops.topk.fn(e(0, 100), 8, e(0, dtype=i32))
+    assert idx.shape == (0, 8) and lens.shape == (0,) and idx.dtype == lens.dtype == i32
 
 
 def _no_python(*args, **kwargs):
