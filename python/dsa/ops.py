@@ -26,7 +26,15 @@ caching allocator).
     lse_combine(outs, lses) -> (out bf16 [T, H, 512], lse f32 [T, H])
 
 (``!``: written in place.) sparse_mla always returns lse too; cp_local_indices' out_lens holds
-zeros unless compact. The workspace-size queries are host functions on shapes and stay in ``dsa``.
+zeros unless compact.
+
+With outputs given, for the eight that return tensors and have C kernels (indexer_decode,
+indexer_decode_scores, indexer_prefill, indexer_prefill_scores, topk, sparse_mla, topk_merge,
+lse_combine): ``NAME_out(NAME's required arguments, its outputs!, NAME's optional arguments,
+workspace! = None) -> ()``, e.g. ``sparse_mla_out(q, kv_cache, indices, softmax_scale, out!, lse!,
+lens, topk, workspace!)``: nothing allocated (the workspace from the caching allocator only where
+None) and nothing returned, so an engine's planned buffers stay its own in eager calls and in
+compiled graphs (where each becomes an auto_functionalized node). The workspace-size queries are host functions on shapes and stay in ``dsa``.
 Registered with torch.library.Library (define + impl, fakes by register_fake), not custom_op, for a
 lower host cost a call. Needs PyTorch >= 2.4; ``import dsa`` alone does not import PyTorch.
 
@@ -134,7 +142,8 @@ def register_c_kernel(lib: torch.library.Library, ns: str, key: str, op: _Op, sc
     kinds = [_KINDS.get(str(a.type)) for a in parsed.arguments]
     if None in kinds:
         return False
-    assert all(lay.tensors[i] is None for i in lay.site.results), f"{op.name}: a result is an argument"
+    assert not parsed.returns or all(lay.tensors[i] is None for i in lay.site.results), \
+        f"{op.name}: a result is an argument"
     tensors = tuple(None if t is None else names.index(t) for t in lay.tensors)
     scalars = tuple(("arg", names.index(x)) if isinstance(x, str) else ("const", x) for x in lay.scalars)
     lib.define(f"_checked_{op.name}{schema}")
@@ -366,3 +375,106 @@ def lse_combine(outs: torch.Tensor, lses: torch.Tensor) -> Tuple[torch.Tensor, t
 def _(outs, lses):
     T, H = outs.shape[1], outs.shape[2]
     return outs.new_empty((T, H, dsa.MLA_V_DIM), dtype=torch.bfloat16), outs.new_empty((T, H), dtype=_F32)
+
+
+# ---- the same with outputs given: NAME_out ----------------------------------------------------------
+#
+# Each operator that returns tensors, with its outputs (and its workspace, where it takes one) given
+# and written in place (declared mutated), returning nothing: what an engine that plans its buffers
+# calls, so that an eager call allocates nothing (the host cost of dsa's calls with outputs given)
+# and a compiled graph keeps the engine's buffers. Arguments: NAME's required ones, then the outputs,
+# then NAME's optional ones, then `workspace` (None: one from PyTorch's caching allocator, as NAME).
+# sparse_mla_out always writes lse.
+
+
+@_op("indexer_decode_out", ("topk_indices", "topk_lens", "workspace"),
+     _C(dsa._INDEXER_DECODE, ("q", "weights", "index_k_cache", "seq_lens", "block_table", "q_scale", "topk_indices",
+                              "topk_lens", "workspace"),
+        ("topk", "softmax_scale", "page_size", "q_len_per_req", "max_seq_len", "workspace_limit")))
+def indexer_decode_out(q: torch.Tensor, weights: torch.Tensor, index_k_cache: torch.Tensor, seq_lens: torch.Tensor,
+                       block_table: torch.Tensor, topk: int, softmax_scale: float, topk_indices: torch.Tensor,
+                       topk_lens: torch.Tensor, q_scale: Optional[torch.Tensor] = None, page_size: int = 64,
+                       q_len_per_req: int = 1, max_seq_len: int = 0, workspace_limit: int = 0,
+                       workspace: Optional[torch.Tensor] = None) -> None:
+    dsa.indexer_decode(q, weights, index_k_cache, seq_lens, block_table, topk=topk, softmax_scale=softmax_scale,
+                       q_scale=q_scale, page_size=page_size, q_len_per_req=q_len_per_req, max_seq_len=max_seq_len,
+                       workspace_limit=workspace_limit, topk_indices=topk_indices, topk_lens=topk_lens,
+                       workspace=workspace)
+
+
+@_op("indexer_decode_scores_out", ("scores",),
+     _C(dsa._INDEXER_DECODE_SCORES, ("q", "weights", "index_k_cache", "seq_lens", "block_table", "q_scale", "scores"),
+        ("softmax_scale", "page_size", "q_len_per_req", "max_seq_len", "topk", "skip_short_rows")))
+def indexer_decode_scores_out(q: torch.Tensor, weights: torch.Tensor, index_k_cache: torch.Tensor,
+                              seq_lens: torch.Tensor, block_table: torch.Tensor, softmax_scale: float,
+                              scores: torch.Tensor, q_scale: Optional[torch.Tensor] = None, page_size: int = 64,
+                              q_len_per_req: int = 1, max_seq_len: int = 0, topk: int = dsa.MAX_TOPK,
+                              skip_short_rows: bool = False) -> None:
+    dsa.indexer_decode_scores(q, weights, index_k_cache, seq_lens, block_table, softmax_scale=softmax_scale,
+                              q_scale=q_scale, page_size=page_size, q_len_per_req=q_len_per_req,
+                              max_seq_len=max_seq_len, topk=topk, skip_short_rows=skip_short_rows, scores=scores)
+
+
+@_op("indexer_prefill_out", ("topk_indices", "topk_lens", "workspace"),
+     _C(dsa._INDEXER_PREFILL, ("q", "weights", "index_k_cache", "kv_workspace_slots", "row_starts", "row_ends",
+                               "q_scale", "topk_indices", "topk_lens", "workspace"),
+        ("topk", "softmax_scale", "page_size", "max_rows", "output_global_slots", "workspace_limit")))
+def indexer_prefill_out(q: torch.Tensor, weights: torch.Tensor, index_k_cache: torch.Tensor,
+                        kv_workspace_slots: torch.Tensor, row_starts: torch.Tensor, row_ends: torch.Tensor, topk: int,
+                        softmax_scale: float, topk_indices: torch.Tensor, topk_lens: torch.Tensor,
+                        q_scale: Optional[torch.Tensor] = None, page_size: int = 64, max_rows: int = 0,
+                        output_global_slots: bool = False, workspace_limit: int = 0,
+                        workspace: Optional[torch.Tensor] = None) -> None:
+    dsa.indexer_prefill(q, weights, index_k_cache, kv_workspace_slots, row_starts, row_ends, topk=topk,
+                        softmax_scale=softmax_scale, q_scale=q_scale, page_size=page_size, max_rows=max_rows,
+                        output_global_slots=output_global_slots, workspace_limit=workspace_limit,
+                        topk_indices=topk_indices, topk_lens=topk_lens, workspace=workspace)
+
+
+@_op("indexer_prefill_scores_out", ("scores",),
+     _C(dsa._INDEXER_PREFILL_SCORES, ("q", "weights", "index_k_cache", "kv_workspace_slots", "row_starts",
+                                      "row_ends", "q_scale", "scores"),
+        ("softmax_scale", "page_size", "max_rows", "topk", "skip_short_rows")))
+def indexer_prefill_scores_out(q: torch.Tensor, weights: torch.Tensor, index_k_cache: torch.Tensor,
+                               kv_workspace_slots: torch.Tensor, row_starts: torch.Tensor, row_ends: torch.Tensor,
+                               softmax_scale: float, scores: torch.Tensor, q_scale: Optional[torch.Tensor] = None,
+                               page_size: int = 64, max_rows: int = 0, topk: int = dsa.MAX_TOPK,
+                               skip_short_rows: bool = False) -> None:
+    dsa.indexer_prefill_scores(q, weights, index_k_cache, kv_workspace_slots, row_starts, row_ends,
+                               softmax_scale=softmax_scale, q_scale=q_scale, page_size=page_size, max_rows=max_rows,
+                               topk=topk, skip_short_rows=skip_short_rows, scores=scores)
+
+
+@_op("topk_out", ("indices", "lens", "workspace"),
+     _C(dsa._TOPK, ("scores", "row_lens", "indices", "lens", "workspace"), ("topk", "max_len")))
+def topk_out(scores: torch.Tensor, topk: int, indices: torch.Tensor, lens: torch.Tensor,
+             row_lens: Optional[torch.Tensor] = None, max_len: Optional[int] = None,
+             workspace: Optional[torch.Tensor] = None) -> None:
+    dsa.topk(scores, topk=topk, row_lens=row_lens, max_len=max_len, indices=indices, lens=lens, workspace=workspace)
+
+
+@_op("sparse_mla_out", ("out", "lse", "workspace"),
+     _C(dsa._SPARSE_MLA, ("q", "kv_cache", "indices", "lens", "out", "lse", "workspace"),
+        ("softmax_scale", "topk", True)))
+def sparse_mla_out(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, softmax_scale: float,
+                   out: torch.Tensor, lse: torch.Tensor, lens: Optional[torch.Tensor] = None,
+                   topk: Optional[int] = None, workspace: Optional[torch.Tensor] = None) -> None:
+    dsa.sparse_mla(q, kv_cache, indices, softmax_scale=softmax_scale, lens=lens, topk=topk, out=out, lse=lse,
+                   workspace=workspace)
+
+
+@_op("topk_merge_out", ("indices", "lens"),
+     _C(dsa._TOPK_MERGE, ("cand_scores", "cand_ids", "indices", "lens"), ("topk",)))
+def topk_merge_out(cand_scores: torch.Tensor, cand_ids: torch.Tensor, topk: int, indices: torch.Tensor,
+                   lens: torch.Tensor) -> None:
+    dsa.topk_merge(cand_scores, cand_ids, topk=topk, indices=indices, lens=lens)
+
+
+@_op("lse_combine_out", ("out", "lse"), _C(dsa._LSE_COMBINE, ("outs", "lses", "out", "lse")))
+def lse_combine_out(outs: torch.Tensor, lses: torch.Tensor, out: torch.Tensor, lse: torch.Tensor) -> None:
+    dsa.lse_combine(outs, lses, out=out, lse=lse)
+
+
+for _out_op in (indexer_decode_out, indexer_decode_scores_out, indexer_prefill_out, indexer_prefill_scores_out,
+                topk_out, sparse_mla_out, topk_merge_out, lse_combine_out):
+    _out_op.register_fake(lambda *args, **kwargs: None)

@@ -37,7 +37,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define FC_MAX_OPS 24     /* operators served: one trampoline each */
+#define FC_MAX_OPS 64     /* operators served: one trampoline each */
 #define FC_MAX_OP_ARGS 16 /* schema arguments of an operator */
 
 typedef uint64_t stable_ivalue;
@@ -63,8 +63,14 @@ static struct {
   aoti_error (*delete_tensor)(aten_tensor);
   aoti_error (*reinterpret)(aten_tensor self, int64_t ndim, const int64_t *sizes, const int64_t *strides,
                             int64_t storage_offset, aten_tensor *out); /* NULL: each workspace its own block */
-  /* Tensor.view(dtype); NULL: a call's outputs take a block each */
-  aoti_error (*view_dtype)(aten_tensor self, int32_t dtype, aten_tensor *out);
+  /* a tensor of any dtype, shape and strides over self's storage from byte offset on (inductor's
+   * _alloc_from_pool: not a view); NULL: a call's outputs take a block each */
+  aoti_error (*alloc_from_pool)(aten_tensor self, int64_t offset_bytes, int32_t dtype, int64_t ndim,
+                                const int64_t *sizes, const int64_t *strides, aten_tensor *out);
+  /* THPVariable_Wrap(at::TensorBase &&): the Python object of a tensor, taking it from the handle
+   * (libtorch_python); NULL, or not proved by wrap_setup: PyTorch's steal call, from Python */
+  PyObject *(*wrap)(aten_tensor);
+  int wrap_ok;
   aoti_error (*current_cuda_stream)(int32_t device_index, void **stream); /* NULL: a CPU-only PyTorch */
   void (*operator_delete)(void *);                                         /* ::operator delete(void *) */
   void (*throw_runtime_error)(const char *);                               /* std::__throw_runtime_error */
@@ -104,7 +110,9 @@ PyObject *fc_torch_setup(PyObject *self, PyObject *args) {
   *(void **)&T.delete_tensor = lookup(cpu, "aoti_torch_delete_tensor_object", &missing);
   int optional = 0; /* without it a workspace takes a block of its own */
   *(void **)&T.reinterpret = lookup(cpu, "aoti_torch__reinterpret_tensor", &optional);
-  *(void **)&T.view_dtype = lookup(cpu, "aoti_torch_view_dtype", &optional);
+  *(void **)&T.alloc_from_pool = lookup(cpu, "aoti_torch__alloc_from_pool", &optional);
+  void *py = dlopen("libtorch_python.so", RTLD_NOW | RTLD_NOLOAD);
+  *(void **)&T.wrap = lookup(py, "_Z16THPVariable_WrapON2at10TensorBaseE", &optional);
   *(void **)&T.operator_delete = lookup(cxx, "_ZdlPv", &missing);
   *(void **)&T.throw_runtime_error = lookup(cxx, "_ZSt21__throw_runtime_errorPKc", &missing);
   static const char *const dtype_fn[FC_DT_COUNT] = {
@@ -209,15 +217,14 @@ static size_t alloc_bytes(const fc_plan *p, int i) {
 /* Plan p's allocations which[0 .. k) as one block of the caching allocator (dsa's own calls, where
  * each allocation costs microseconds of host time and the call's outputs are small), each at a
  * WS_ALIGN boundary in the call's order: an output a tensor of its own shape and dtype over the
- * block's storage (the block is of the first output's dtype; another dtype through Tensor.view(dtype)
- * of it; then _reinterpret_tensor: a tensor of its own, not a view), the workspace a pointer into
+ * block's storage (_alloc_from_pool: a tensor of its own, not a view), the workspace a pointer into
  * it (no handle). Where the whole is over WS_SHARED_MAX, or PyTorch lacks a function it takes,
  * it makes nothing and answers 1 (the caller allocates apart); else 0, or -1 (nothing made). *ws_in:
  * the j of an output holding the workspace (-1: none). torch.ops.dsa keeps its outputs apart:
  * torch.library forbids an operator's outputs to alias each other. */
 static int one_block(const fc_plan *p, const int *which, int k, aten_tensor *h, void **ptr, int *ws_in) {
   size_t at[FC_MAX_ARGS], total = 0;
-  if (k < 2 || !T.reinterpret || !T.view_dtype) return 1;
+  if (k < 2 || !T.alloc_from_pool) return 1;
   for (int j = 0; j < k; j++) {
     at[j] = total;
     total += (alloc_bytes(p, which[j]) + WS_ALIGN - 1) & ~(size_t)(WS_ALIGN - 1);
@@ -225,29 +232,22 @@ static int one_block(const fc_plan *p, const int *which, int k, aten_tensor *h, 
   if (total > WS_SHARED_MAX) return 1;
   total += WS_ALIGN; /* room to align the first (CUDA's blocks are aligned; the CPU's to 64 bytes) */
   const int32_t type = p->c_on_cpu ? T.device_cpu : T.device_cuda, index = p->c_on_cpu ? -1 : (int32_t)p->c_device;
-  int dtype = FC_DT_U8; /* the block's: the first output's */
-  for (int j = k - 1; j >= 0; j--)
-    if (p->offset[which[j]] != FC_WORKSPACE) dtype = p->calloc[which[j]].dtype;
-  const int64_t n = (int64_t)(total / (size_t)fc_dtype_bytes[dtype]), one = 1; /* WS_ALIGN: a whole number */
+  const int64_t n = (int64_t)total, one = 1;
   aten_tensor block = NULL;
   char *data;
   *ws_in = -1;
   for (int j = 0; j < k; j++) h[j] = NULL;
-  if (T.empty_strided(1, &n, &one, T.dtype[dtype], type, index, &block) || !block ||
+  if (T.empty_strided(1, &n, &one, T.dtype[FC_DT_U8], type, index, &block) || !block ||
       T.get_data_ptr(block, (void **)&data))
     goto fail;
-  const size_t pad = (size_t)(-(uintptr_t)data & (WS_ALIGN - 1)); /* a multiple of every dtype's size */
+  const size_t pad = (size_t)(-(uintptr_t)data & (WS_ALIGN - 1));
   for (int j = 0; j < k; j++) {
     at[j] += pad;
     ptr[j] = data + at[j];
     if (p->offset[which[j]] == FC_WORKSPACE) continue;
     const fc_csig *a = &p->calloc[which[j]];
-    aten_tensor typed = block;
-    if (a->dtype != dtype && (T.view_dtype(block, T.dtype[a->dtype], &typed) || !typed)) goto fail;
-    const aoti_error e = T.reinterpret(typed, a->ndim, a->size, a->stride,
-                                       (int64_t)(at[j] / (size_t)fc_dtype_bytes[a->dtype]), &h[j]);
-    if (typed != block) T.delete_tensor(typed);
-    if (e || !h[j]) goto fail;
+    if (T.alloc_from_pool(block, (int64_t)at[j], T.dtype[a->dtype], a->ndim, a->size, a->stride, &h[j]) || !h[j])
+      goto fail;
     if (*ws_in < 0) *ws_in = j;
   }
   T.delete_tensor(block); /* the outputs keep the storage */
@@ -268,6 +268,25 @@ int fc_torch_new_tensors(const fc_plan *p, const int *which, int k, PyObject *st
   if (r) {
     PyErr_Format(PyExc_RuntimeError, "dsa: an output could not be allocated");
     return -1;
+  }
+  if (T.wrap_ok) { /* each handle's tensor to its Python object in C */
+    for (int j = 0; j < k; j++) {
+      out[j] = Py_None;
+      if (!h[j]) {
+        Py_INCREF(Py_None); /* a workspace in another's storage */
+        continue;
+      }
+      out[j] = T.wrap(h[j]); /* takes the tensor: the handle is left empty */
+      T.delete_tensor(h[j]);
+      h[j] = NULL;
+      if (!out[j]) { /* PyTorch set the exception */
+        for (int m = 0; m < j; m++) Py_DECREF(out[m]);
+        for (int m = j + 1; m < k; m++)
+          if (h[m]) T.delete_tensor(h[m]);
+        return -1;
+      }
+    }
+    return 0;
   }
   for (int j = 0; j < k; j++)
     if (h[j]) pos[n++] = j;
@@ -326,6 +345,28 @@ static int tensor_sig(aten_tensor t, fc_csig *s, void **ptr) {
   return 1;
 }
 
+/* Whether T.wrap makes a handle's tensor into its torch.Tensor object, as PyTorch's steal call does
+ * (with g_tensor_type proved): a new CPU tensor wrapped is an object of that type holding the same
+ * TensorImpl, and the handle no longer holds it. */
+static int wrap_proved(void) {
+  const int64_t n = 4, one = 1;
+  aten_tensor h = NULL;
+  if (!T.wrap || !g_tensor_type ||
+      T.empty_strided(1, &n, &one, T.dtype[FC_DT_F32], T.device_cpu, 0, &h) || !h)
+    return 0;
+  void *impl;
+  memcpy(&impl, h, sizeof impl); /* at::Tensor's one word: its TensorImpl */
+  PyObject *x = T.wrap(h);
+  void *left;
+  memcpy(&left, h, sizeof left);
+  T.delete_tensor(h);
+  const int ok = x && (PyObject *)Py_TYPE(x) == g_tensor_type && left != impl &&
+                 !memcmp((char *)x + FC_CDATA_OFFSET, &impl, sizeof impl);
+  Py_XDECREF(x);
+  PyErr_Clear();
+  return ok;
+}
+
 int fc_torch_borrowed_sig(PyObject *x, fc_csig *s, void **ptr) {
   if (!g_tensor_type || (PyObject *)Py_TYPE(x) != g_tensor_type) return 0;
   return tensor_sig((aten_tensor)((char *)x + FC_CDATA_OFFSET), s, ptr);
@@ -341,6 +382,7 @@ PyObject *fc_torch_borrow_setup(PyObject *self, PyObject *args) {
   if (!PyArg_ParseTuple(args, "OO!O", &type, &PyTuple_Type, &probes, &alloc)) return NULL;
   if (type == Py_None) { /* off (tests compare both ways) */
     Py_CLEAR(g_tensor_type);
+    T.wrap_ok = 0;
     Py_RETURN_FALSE;
   }
   if (!T.ready) Py_RETURN_FALSE;
@@ -367,6 +409,7 @@ PyObject *fc_torch_borrow_setup(PyObject *self, PyObject *args) {
   } else {
     Py_CLEAR(g_tensor_type); /* probes that prove nothing turn it off */
   }
+  T.wrap_ok = ok && wrap_proved();
   return PyBool_FromLong(ok);
 }
 
@@ -401,12 +444,23 @@ static void op_kernel(int k, stable_ivalue *stack, uint64_t nargs, uint64_t nret
 TRAMPOLINE(0) TRAMPOLINE(1) TRAMPOLINE(2) TRAMPOLINE(3) TRAMPOLINE(4) TRAMPOLINE(5) TRAMPOLINE(6)
 TRAMPOLINE(7) TRAMPOLINE(8) TRAMPOLINE(9) TRAMPOLINE(10) TRAMPOLINE(11) TRAMPOLINE(12) TRAMPOLINE(13)
 TRAMPOLINE(14) TRAMPOLINE(15) TRAMPOLINE(16) TRAMPOLINE(17) TRAMPOLINE(18) TRAMPOLINE(19) TRAMPOLINE(20)
-TRAMPOLINE(21) TRAMPOLINE(22) TRAMPOLINE(23)
+TRAMPOLINE(21) TRAMPOLINE(22) TRAMPOLINE(23) TRAMPOLINE(24) TRAMPOLINE(25) TRAMPOLINE(26) TRAMPOLINE(27)
+TRAMPOLINE(28) TRAMPOLINE(29) TRAMPOLINE(30) TRAMPOLINE(31) TRAMPOLINE(32) TRAMPOLINE(33) TRAMPOLINE(34)
+TRAMPOLINE(35) TRAMPOLINE(36) TRAMPOLINE(37) TRAMPOLINE(38) TRAMPOLINE(39) TRAMPOLINE(40) TRAMPOLINE(41)
+TRAMPOLINE(42) TRAMPOLINE(43) TRAMPOLINE(44) TRAMPOLINE(45) TRAMPOLINE(46) TRAMPOLINE(47) TRAMPOLINE(48)
+TRAMPOLINE(49) TRAMPOLINE(50) TRAMPOLINE(51) TRAMPOLINE(52) TRAMPOLINE(53) TRAMPOLINE(54) TRAMPOLINE(55)
+TRAMPOLINE(56) TRAMPOLINE(57) TRAMPOLINE(58) TRAMPOLINE(59) TRAMPOLINE(60) TRAMPOLINE(61) TRAMPOLINE(62)
+TRAMPOLINE(63)
 static void (*const g_trampoline[FC_MAX_OPS])(stable_ivalue *, uint64_t, uint64_t) = {
-    op_kernel_0,  op_kernel_1,  op_kernel_2,  op_kernel_3,  op_kernel_4,  op_kernel_5,
-    op_kernel_6,  op_kernel_7,  op_kernel_8,  op_kernel_9,  op_kernel_10, op_kernel_11,
-    op_kernel_12, op_kernel_13, op_kernel_14, op_kernel_15, op_kernel_16, op_kernel_17,
-    op_kernel_18, op_kernel_19, op_kernel_20, op_kernel_21, op_kernel_22, op_kernel_23};
+    op_kernel_0, op_kernel_1, op_kernel_2, op_kernel_3, op_kernel_4, op_kernel_5, op_kernel_6, op_kernel_7,
+    op_kernel_8, op_kernel_9, op_kernel_10, op_kernel_11, op_kernel_12, op_kernel_13, op_kernel_14,
+    op_kernel_15, op_kernel_16, op_kernel_17, op_kernel_18, op_kernel_19, op_kernel_20, op_kernel_21,
+    op_kernel_22, op_kernel_23, op_kernel_24, op_kernel_25, op_kernel_26, op_kernel_27, op_kernel_28,
+    op_kernel_29, op_kernel_30, op_kernel_31, op_kernel_32, op_kernel_33, op_kernel_34, op_kernel_35,
+    op_kernel_36, op_kernel_37, op_kernel_38, op_kernel_39, op_kernel_40, op_kernel_41, op_kernel_42,
+    op_kernel_43, op_kernel_44, op_kernel_45, op_kernel_46, op_kernel_47, op_kernel_48, op_kernel_49,
+    op_kernel_50, op_kernel_51, op_kernel_52, op_kernel_53, op_kernel_54, op_kernel_55, op_kernel_56,
+    op_kernel_57, op_kernel_58, op_kernel_59, op_kernel_60, op_kernel_61, op_kernel_62, op_kernel_63};
 
 /* (namespace, dispatch key) -> the torch::Library it was registered through (kept for the process) */
 static struct {
@@ -627,8 +681,10 @@ static void python_error_text(const char *op) {
   PyErr_Clear();
 }
 
-/* The call through plan p; 0, or -1 with t_message set (everything the call made freed). */
-static int run(const fc_op *op, const fc_plan *p, op_call *c, stable_ivalue *stack) {
+/* The call through plan p, its nret results (the outputs it made) left on the stack: nret 0 for an
+ * operator whose outputs are all given (NAME_out); 0, or -1 with t_message set (everything the call
+ * made freed). */
+static int run(const fc_op *op, const fc_plan *p, op_call *c, stable_ivalue *stack, uint64_t nret) {
   _Alignas(16) unsigned char args[FC_MAX_STRUCT];
   memcpy(args, p->args, p->args_bytes);
   aten_tensor made[FC_MAX_ARGS] = {0};
@@ -666,6 +722,12 @@ static int run(const fc_op *op, const fc_plan *p, op_call *c, stable_ivalue *sta
     else
       snprintf(t_message, sizeof t_message, "%s: the C call failed with status %d", op->name, status);
     PyGILState_Release(g);
+    goto done;
+  }
+  if (nret == 0) goto done; /* outputs given: nothing to return */
+  if (nret != (uint64_t)p->nresults) {
+    snprintf(t_message, sizeof t_message, "%s: %d results, its plan has %d", op->name, (int)nret, p->nresults);
+    status = -1;
     goto done;
   }
   for (int j = 0; j < p->nresults; j++) /* the results are outputs made here */
@@ -726,7 +788,7 @@ static void op_kernel(int k, stable_ivalue *stack, uint64_t nargs, uint64_t nret
     if (run_checked(op, stack, nret)) fail(t_message);
     return;
   }
-  int r = run(op, p, &c, stack);
+  int r = run(op, p, &c, stack, nret);
   release_plan(p);
   free_args(op, &c);
   if (r) fail(t_message);

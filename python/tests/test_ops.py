@@ -36,6 +36,18 @@ OPS = {
     "lse_combine": set(),
 }
 
+OPS_OUT = {
+    # NAME_out: NAME with its outputs (and workspace) given, written in place; returns nothing
+    "indexer_decode_out": {"topk_indices", "topk_lens", "workspace"},
+    "indexer_decode_scores_out": {"scores"},
+    "indexer_prefill_out": {"topk_indices", "topk_lens", "workspace"},
+    "indexer_prefill_scores_out": {"scores"},
+    "topk_out": {"indices", "lens", "workspace"},
+    "sparse_mla_out": {"out", "lse", "workspace"},
+    "topk_merge_out": {"indices", "lens"},
+    "lse_combine_out": {"out", "lse"},
+}
+
 P, HI, K, H = 64, 32, 2048, 16  # page size, index heads, topk, attention heads (GLM-5, TP4)
 
 
@@ -46,6 +58,19 @@ def test_every_public_call_is_an_operator_and_declares_what_it_writes():
         assert written == writes, (name, str(schema))
     calls = {n for n in dsa.__all__ if n[0].islower() and not n.endswith("_workspace_size") and n != "version"}
     assert calls == set(OPS), calls ^ set(OPS)
+
+
+def test_out_operators_take_their_operators_arguments_and_write_only_outputs():
+    """NAME_out: NAME's arguments in NAME's order with the outputs after the required ones and an
+    optional workspace last, those declared written, nothing returned; C kernels where NAME has one."""
+    for name, writes in OPS_OUT.items():
+        schema = getattr(torch.ops.dsa, name).default._schema
+        written = {a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write}
+        assert written == writes and not schema.returns, (name, str(schema))
+        base = getattr(torch.ops.dsa, name[:-len("_out")]).default._schema
+        args = [a.name for a in schema.arguments if a.name not in writes]
+        assert args == [a.name for a in base.arguments], (name, str(schema))
+        assert getattr(dsa.ops, name).c_layout is not None, name
 
 
 def _decode_inputs(B, S, device="cuda"):
@@ -76,6 +101,46 @@ def _step(x):
                                              x["block_table"], K, HI ** -0.5 / 128 ** 0.5, x["q_scale"])
     out, lse = torch.ops.dsa.sparse_mla(x["q_attn"], x["kv_cache"], idx, (192 + 64) ** -0.5, lens)
     return out, lse, idx, lens
+
+
+def _step_out(x, o):
+    """The same step with every output given (o: _decode_outputs'), as an engine that plans its
+    buffers runs it."""
+    torch.ops.dsa.index_k_store(x["k_index"], x["new_slot"], x["index_k_cache"], P)
+    torch.ops.dsa.mla_kv_store(x["kv_latent"], x["new_slot"], x["kv_cache"])
+    torch.ops.dsa.indexer_decode_out(x["q_index"], x["weights"], x["index_k_cache"], x["seq_lens"],
+                                     x["block_table"], K, HI ** -0.5 / 128 ** 0.5, o["idx"], o["lens"], x["q_scale"])
+    torch.ops.dsa.sparse_mla_out(x["q_attn"], x["kv_cache"], o["idx"], (192 + 64) ** -0.5, o["out"], o["lse"],
+                                 o["lens"])
+
+
+def _decode_outputs(x):
+    B, d = x["q_attn"].shape[0], x["q_attn"].device
+    return dict(idx=torch.empty(B, K, dtype=torch.int32, device=d), lens=torch.empty(B, dtype=torch.int32, device=d),
+                out=torch.empty(B, H, 512, dtype=torch.bfloat16, device=d),
+                lse=torch.empty(B, H, dtype=torch.float32, device=d))
+
+
+def test_out_step_exports_functionalized():
+    """The step with outputs given, exported (Dynamo, no graph break) and lowered to the functional
+    IR: each call becomes an auto_functionalized node of its operator (its writes made explicit), in
+    the step's order."""
+    x = _decode_inputs(2, 300, device="cpu")
+    o = _decode_outputs(x)
+
+    class Step(torch.nn.Module):
+        def forward(self, *a):
+            xo = dict(zip(list(x) + list(o), a))
+            _step_out(xo, xo)
+            return xo["out"], xo["lse"]
+
+    ep = torch.export.export(Step(), tuple(x.values()) + tuple(o.values())).run_decompositions({})
+    nodes = [n for n in ep.graph.nodes if n.op == "call_function"]
+    called = [str(n.args[0]) if "auto_functionalized" in str(n.target) else str(n.target) for n in nodes]
+    called = [c for c in called if c.startswith("dsa.")]
+    assert called == ["dsa.index_k_store.default", "dsa.mla_kv_store.default", "dsa.indexer_decode_out.default",
+                      "dsa.sparse_mla_out.default"], called
+    assert sum("auto_functionalized" in str(n.target) for n in nodes) == 4, [str(n.target) for n in nodes]
 
 
 def test_fake_shapes_and_dtypes():
@@ -180,6 +245,33 @@ def _c_cases():
                                            e(T, dtype=i32), 0.1, None, P, 600, 2048, False),
         "topk_merge": lambda: ("topk_merge", e(4, T, 64), e(4, T, 64, dtype=i32), 32),
         "lse_combine": lambda: ("lse_combine", e(2, T, 16, 512), e(2, T, 16)),
+        # outputs (and workspaces) given: NAME_out
+        "sparse_mla_out": lambda: ("sparse_mla_out", e(T, 16, 576, dtype=bf), e(100, 656, dtype=u8),
+                                   e(T, 64, dtype=i32), 0.07, e(T, 16, 512, dtype=bf), e(T, 16), e(T, dtype=i32), None,
+                                   e(4096, dtype=u8)),
+        "sparse_mla_out, workspace allocated": lambda: ("sparse_mla_out", e(T, 16, 576, dtype=bf),
+                                                        e(100, 640, dtype=bf), e(T, 64, dtype=i32), 0.07,
+                                                        e(T, 16, 512, dtype=bf), e(T, 16), None, 40),
+        "topk_out": lambda: ("topk_out", e(4, 100), 8, e(4, 8, dtype=i32), e(4, dtype=i32), e(4, dtype=i32), None,
+                             e(4096, dtype=u8)),
+        "indexer_decode_out": lambda: ("indexer_decode_out", e(T, HQ, 128, dtype=torch.float8_e4m3fn), e(T, HQ),
+                                       e(10, P * 132, dtype=u8), e(T, dtype=i32), e(T, 5, dtype=i32), 64, 0.1,
+                                       e(T, 64, dtype=i32), e(T, dtype=i32), e(T, HQ), P, 1, 0, 0, e(4096, dtype=u8)),
+        "indexer_decode_scores_out": lambda: ("indexer_decode_scores_out", e(T, HQ, 128, dtype=torch.float8_e4m3fn),
+                                              e(T, HQ), e(10, P * 132, dtype=u8), e(T, dtype=i32),
+                                              e(T, 5, dtype=i32), 0.1, e(T, 300), e(T, HQ), P, 1, 300, 2048, True),
+        "indexer_prefill_out": lambda: ("indexer_prefill_out", e(T, HQ, 128, dtype=bf), e(T, HQ, dtype=bf),
+                                        e(10, P * 132, dtype=u8), e(640, dtype=i64), e(T, dtype=i32),
+                                        e(T, dtype=i32), 64, 0.1, e(T, 64, dtype=i32), e(T, dtype=i32), None, P, 0,
+                                        True, 0, e(4096, dtype=u8)),
+        "indexer_prefill_scores_out": lambda: ("indexer_prefill_scores_out", e(T, HQ, 128, dtype=bf),
+                                               e(T, HQ, dtype=bf), e(10, P * 132, dtype=u8), e(640, dtype=i64),
+                                               e(T, dtype=i32), e(T, dtype=i32), 0.1, e(T, 600), None, P, 600, 2048,
+                                               False),
+        "topk_merge_out": lambda: ("topk_merge_out", e(4, T, 64), e(4, T, 64, dtype=i32), 32, e(T, 32, dtype=i32),
+                                   e(T, dtype=i32)),
+        "lse_combine_out": lambda: ("lse_combine_out", e(2, T, 16, 512), e(2, T, 16), e(T, 16, 512, dtype=bf),
+                                    e(T, 16)),
     }
 
 
@@ -275,6 +367,10 @@ def test_c_kernels_call_c_as_the_checked_path_does(c_kernels_on_cpu, monkeypatch
     empties = []  # torch.empty as the extension calls it, from here on: not at all
     real_empty = torch.empty
     monkeypatch.setattr(torch, "empty", lambda *a, **k: empties.append(a) or real_empty(*a, **k))
+    steals = []  # PyTorch's handles-to-tensors call: not made either (the extension wraps in C)
+    real_steal = torch._C._aoti.alloc_tensors_by_stealing_from_void_ptrs
+    monkeypatch.setattr(torch._C._aoti, "alloc_tensors_by_stealing_from_void_ptrs",
+                        lambda h: steals.append(len(h)) or real_steal(h))
     _fast._configured = False
     _fast._configure()
     order = list(cases) * 3
@@ -297,9 +393,11 @@ def test_c_kernels_call_c_as_the_checked_path_does(c_kernels_on_cpu, monkeypatch
             continue
         _workspace_beside_an_output(case, rec.last_call, outs)
     if via == "dsa":  # every call making two or more allocations (of at most 2 MiB) made one
-        assert blocks == set(cases) - {"index_k_store", "mla_kv_store", "indexer_decode_scores",
-                                       "indexer_prefill_scores"}, sorted(blocks)
+        assert blocks == {c for c in cases if "_out" not in c} - {"index_k_store", "mla_kv_store",
+                                                                  "indexer_decode_scores", "indexer_prefill_scores"}, \
+            sorted(blocks)
     assert not empties, f"torch.empty called {len(empties)} times"
+    assert not steals, f"the Python handles-to-tensors call made {len(steals)} times"
     # no reference to an output kept in C++ (PyTorch would then keep its Python object alive too)
     import gc
     import weakref
@@ -597,6 +695,40 @@ def test_compiled_decode_step_matches_eager_and_replays_in_a_cuda_graph():
     graph.replay()
     torch.cuda.synchronize()
     for a, b in zip(outs, ref):
+        assert torch.equal(a, b)
+
+
+@needs_gpu
+def test_compiled_out_step_matches_the_allocating_step_and_replays_in_a_cuda_graph():
+    """The step with outputs given (NAME_out), compiled with fullgraph=True: the allocating step's
+    answer bit for bit, in the given buffers; then captured in a CUDA graph and replayed."""
+    g = torch.Generator(device="cuda").manual_seed(2)
+    x = _real_decode_inputs(4, 5000, g)
+    x_ref = {k: v.clone() for k, v in x.items()}
+    out, lse, idx, lens = _step(x_ref)
+    o = _decode_outputs(x)
+    for t in o.values():
+        t.fill_(-7)
+    torch._dynamo.reset()
+    step_c = torch.compile(_step_out, fullgraph=True)
+    step_c(x, o)
+    torch.cuda.synchronize()
+    for a, b in zip((o["out"], o["lse"], o["idx"], o["lens"]), (out, lse, idx, lens)):
+        assert torch.equal(a, b)
+    assert torch.equal(x["kv_cache"], x_ref["kv_cache"])
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step_c(x, o)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step_c(x, o)
+    for t in o.values():
+        t.fill_(-7)
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b in zip((o["out"], o["lse"], o["idx"], o["lens"]), (out, lse, idx, lens)):
         assert torch.equal(a, b)
 
 
