@@ -64,9 +64,12 @@ dsa_gpu_test(dsa.gpu_attention_rows_as_m test_gpu_attention "DSA_KERNEL=attentio
 dsa_gpu_test(dsa.gpu_attention_heads_as_m test_gpu_attention "DSA_KERNEL=attention:heads_as_m")
 # (seesaw takes bf16 KV; the FP8 cases run the table's kernel under it)
 dsa_gpu_test(dsa.gpu_attention_seesaw test_gpu_attention "DSA_KERNEL=attention:seesaw")
+# (token groups take 8, 16 and 32 heads; the others run heads_as_m under it)
+dsa_gpu_test(dsa.gpu_attention_token_groups test_gpu_attention "DSA_KERNEL=attention:token_groups")
 dsa_gpu_test(dsa.gpu_garbage_rows_as_m test_gpu_garbage "DSA_KERNEL=attention:rows_as_m;DSA_TEST_ONLY=attention")
 dsa_gpu_test(dsa.gpu_garbage_heads_as_m test_gpu_garbage "DSA_KERNEL=attention:heads_as_m;DSA_TEST_ONLY=attention")
 dsa_gpu_test(dsa.gpu_garbage_seesaw test_gpu_garbage "DSA_KERNEL=attention:seesaw;DSA_TEST_ONLY=attention")
+dsa_gpu_test(dsa.gpu_garbage_token_groups test_gpu_garbage "DSA_KERNEL=attention:token_groups;DSA_TEST_ONLY=attention")
 dsa_gpu_test(dsa.gpu_garbage_merge_runs test_gpu_garbage "DSA_KERNEL=merge:runs;DSA_TEST_ONLY=cp pieces")
 dsa_gpu_test(dsa.gpu_garbage_merge_tree test_gpu_garbage "DSA_KERNEL=merge:tree;DSA_TEST_ONLY=cp pieces")
 # the indexer cases on each scorer forced (the table: wgmma for prefill, wgmma_tma for FP8-q decode

@@ -264,7 +264,7 @@ __device__ __forceinline__ void hmx_consume_qk(const hm_params &p, const hm_ctx 
     else hm_qk_tile<FP8>(s, o, x, kv_u32, b, qd);
     STAMP(c, 1);
     float a0, a1, ps0, ps1;
-    hm_softmax<FP8>(s, p, x, b, qd, qs0, qs1, m0, m1, a0, a1, ps0, ps1);
+    hm_softmax<FP8, 0>(s, p, x, b, qd, qs0, qs1, m0, m1, a0, a1, ps0, ps1, h0);
     l0 = l0 * a0 + ps0; /* quad-partial sums, reduced at the end */
     l1 = l1 * a1 + ps1;
     hm_p_row_factors<FP8>(s, x, b, qd);
@@ -337,7 +337,7 @@ __device__ __forceinline__ void hmx_consume_qk(const hm_params &p, const hm_ctx 
     }
   }
   ptx_bar_sync(HM_BAR_EPILOGUE, 256);
-  hm_store_out(p, x, o, h0, qd, 0, x.l_s[h0], x.l_s[h0 + 8]);
+  hm_store_out<0>(p, x, o, h0, qd, 0, x.l_s[h0], x.l_s[h0 + 8]);
 }
 
 /* hm_consume_pv, with the switch and the stamps */
@@ -367,7 +367,7 @@ __device__ __forceinline__ void hmx_consume_pv(const hm_params &p, const hm_ctx 
   }
   ptx_bar_sync(HM_BAR_EPILOGUE, 256);
   if (x.splits > 1) hm_stage_o(x, o, h0, qd, 256);
-  else hm_store_out(p, x, o, h0, qd, 256, x.l_s[h0], x.l_s[h0 + 8]);
+  else hm_store_out<0>(p, x, o, h0, qd, 256, x.l_s[h0], x.l_s[h0 + 8]);
 }
 
 /* hm_attention_kernel on the copies */

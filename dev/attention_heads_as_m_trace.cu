@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(HM_THREADS, 1) ht_traced_kernel(const hm_param
   const hm_ctx x = hm_ctx_of(s_u32, smem, u, p.splits, 0, true);
   if (cw == 0) {
     ptx_setmaxnreg_inc<HM_REG_QK(FP8)>();
-    hm_consume_qk<FP8>(p, x, warp & 3, lane);
+    hm_consume_qk<FP8, 0>(p, x, warp & 3, lane);
     TRACE(T_QK_DONE);
     if (p.splits > 1) { /* hm_merge_cluster, stamped between its barriers */
       ptx_cluster_sync();
@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(HM_THREADS, 1) ht_traced_kernel(const hm_param
     TRACE(T_EXIT);
   } else {
     if (HM_REG_PV(FP8) > 168) ptx_setmaxnreg_inc<(HM_REG_PV(FP8) > 168 ? HM_REG_PV(FP8) : 168)>();
-    hm_consume_pv<FP8>(p, x, warp & 3, lane);
+    hm_consume_pv<FP8, 0>(p, x, warp & 3, lane);
     TRACE(T_PV_DONE);
     if (p.splits > 1) hm_merge_cluster<FP8>(p, s_u32, smem, u.t, u.head0, true, tid);
   }

@@ -293,7 +293,10 @@ DSA_API dsa_status dsa_topk(const dsa_topk_args *args, void *workspace, size_t w
  * heads_as_m, never chosen by the library; with packed FP8 KV it first converts every one of the num_slots slots into
  * the workspace as heads_as_m's f16 rows — the same values — so the workspace query then asks
  * num_slots x 1152 B, rounded up to 256, + num_slots x 4 B: sensible only for a cache of about
- * the rows the call reads, e.g. one prefill context).
+ * the rows the call reads, e.g. one prefill context); attention:token_groups (8, 16 or 32 heads;
+ * others run heads_as_m) runs heads_as_m over groups of 64 / H consecutive tokens, a CTA over the
+ * union of their index lists, so a row neighbouring tokens share is read and multiplied once; the
+ * workspace then holds the unions: (64 / H) x topk x 5 B a group, at most 64 MiB.
  */
 typedef struct {
   const void *q;            /* [num_tokens, num_heads, 576] bf16, contiguous, 16-B aligned */

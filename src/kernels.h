@@ -42,9 +42,13 @@ typedef enum {
   DSA_ATTN_MMA_SPLIT = 1,   /* attention/mma_split.cu: mma.sync, split partials + combine kernel */
   DSA_ATTN_ROWS_AS_M = 2,   /* attention/rows_as_m.cu: wgmma, KV rows as M, splits merged in a cluster */
   DSA_ATTN_HEADS_AS_M = 3,  /* attention/heads_as_m.cu: wgmma, 64 heads as M, warp-specialised */
-  DSA_ATTN_SEESAW = 4       /* attention/heads_as_m.cu with the seesaw consumers: two warpgroups alternate
+  DSA_ATTN_SEESAW = 4,      /* attention/heads_as_m.cu with the seesaw consumers: two warpgroups alternate
                                chunks' QK and softmax, each its O half */
+  DSA_ATTN_TOKEN_GROUPS = 5 /* attention/heads_as_m.cu over token groups: at H <= 32 heads, 64 / H
+                               neighbouring tokens as one CTA's 64 rows over the union of their index
+                               lists (attention/token_groups.cu) */
 } dsa_attention_kernel;
+
 typedef enum {
   DSA_MERGE_SELECT = 1,     /* cp/pieces.cu: one 1,024-thread CTA a row, radix select, the ids sorted */
   DSA_MERGE_RUNS = 2,       /* cp/merge_runs.cu: a cluster a row, the lists' ascending runs merged */
@@ -199,6 +203,12 @@ int dsa_attention_rows_as_m_launch(const dsa_sparse_mla_args *a, const dsa_atten
 /* workspace: the plan's converted rows (convert_rows), else unused */
 int dsa_attention_heads_as_m_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan *plan, void *workspace,
                                     cudaStream_t stream);
+/* token groups (heads_as_m.cu): the unions (token_groups.cu) and the attention, a launch of each per
+ * plan->tg_groups groups */
+int dsa_attention_token_groups_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan *plan, void *workspace,
+                                      cudaStream_t stream);
+int dsa_attention_tg_union_launch(const dsa_sparse_mla_args *a, int64_t group0, int64_t groups,
+                                  const dsa_tg_layout *lay, void *workspace, cudaStream_t stream);
 int dsa_topk_merge_runs_launch(const dsa_topk_merge_args *a, cudaStream_t stream);
 int dsa_topk_merge_tree_launch(const dsa_topk_merge_args *a, cudaStream_t stream);
 #ifdef __cplusplus

@@ -228,6 +228,21 @@ static const mla_case k_mla_cases[] = {
      .num_slots = 20000, .seed = 425},
     {.name = "sparse MLA H1 fp8 (stored) T48 topk2048, lens", .H = 1, .T = 48, .topk = 2048, .fmt = DSA_KV_FP8_PACKED,
      .lens_given = 1, .q_amp = 2.0, .num_slots = 20000, .seed = 426},
+    /* neighbouring tokens sharing most entries (token groups, DSA_KERNEL=attention:token_groups: 64 / H
+     * tokens a CTA over the union of their lists): 8, 16 and 32 heads, a last group of fewer tokens,
+     * lens, repeats within a token, invalid entries, a token without any, determinism */
+    {.name = "sparse MLA H8 fp8 (stored) T37 topk2048, lens, 90% shared", .H = 8, .T = 37, .topk = 2048,
+     .fmt = DSA_KV_FP8_PACKED, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0, .num_slots = 30000,
+     .check_determinism = 1, .share = 0.9, .seed = 433},
+    {.name = "sparse MLA H16 bf16 kv_stride 640, T30 topk1000, lens, 90% shared", .H = 16, .T = 30, .topk = 1000,
+     .fmt = DSA_KV_BF16, .kv_stride = 640, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0,
+     .num_slots = 20000, .check_determinism = 1, .share = 0.9, .seed = 434},
+    {.name = "sparse MLA H32 fp8 (random bytes) T9 topk2048, 50% shared", .H = 32, .T = 9, .topk = 2048,
+     .fmt = DSA_KV_FP8_PACKED, .fp8_random_bytes = 1, .q_amp = 2.0, .num_slots = 8000, .share = 0.5, .seed = 435},
+    {.name = "sparse MLA H16 fp8 (stored) T64 topk2048, 90% shared", .H = 16, .T = 64, .topk = 2048,
+     .fmt = DSA_KV_FP8_PACKED, .q_amp = 1.0, .num_slots = 40000, .check_determinism = 1, .share = 0.9, .seed = 436},
+    {.name = "sparse MLA H8 bf16 kv_stride 576, T16 topk512, lens", .H = 8, .T = 16, .topk = 512, .fmt = DSA_KV_BF16,
+     .kv_stride = 576, .lens_given = 1, .q_amp = 1.0, .num_slots = 3000, .share = 0.3, .seed = 437},
 };
 
 int main(void) {

@@ -426,6 +426,36 @@ static void test_mla_kernel_choice(void) {
               (ss[i].fp8 ? bound == want_ws : bound >= want_ws),
           name, "kernel %lld, workspace %lld", g_dsa_stub.mla_kernel, (long long)g_dsa_stub.mla_need);
   }
+  /* token groups: at 8, 16 and 32 heads 64 / H tokens a group, each group's union (G x topk slots of
+   * 4 B, masks of 1 B, 2 counts; parts 256-byte aligned) in the workspace, at most 64 MiB a launch (more
+   * groups: several launches); other head counts run heads_as_m's plan, with no workspace */
+  static const struct {
+    int tokens, heads, fp8, kernel;
+    long long groups_a_launch;
+    size_t ws;
+  } tg[] = {{4096, 16, 1, DSA_ATTN_TOKEN_GROUPS, 1024, 33554432u + 8388608u + 8192u},
+            {5, 16, 0, DSA_ATTN_TOKEN_GROUPS, 2, 65536u + 16384u + 256u},
+            {7, 32, 1, DSA_ATTN_TOKEN_GROUPS, 4, 65536u + 16384u + 256u},
+            {30000, 8, 0, DSA_ATTN_TOKEN_GROUPS, 819, 53673984u + 13418496u + 6656u},
+            {64, 128, 1, DSA_ATTN_HEADS_AS_M, 0, 0},
+            {8, 64, 0, DSA_ATTN_HEADS_AS_M, 0, 0},
+            {40, 12, 1, DSA_ATTN_HEADS_AS_M, 0, 0}};
+  dsa_choose_override("attention:token_groups");
+  for (size_t i = 0; i < sizeof tg / sizeof tg[0]; i++) {
+    const dsa_sparse_mla_args b = mla_args(tg[i].tokens, tg[i].heads, tg[i].fp8 ? DSA_KV_FP8_PACKED : DSA_KV_BF16);
+    size_t bound;
+    const dsa_status st = mla_call(&b, 132, &bound);
+    char name[200];
+    snprintf(name, sizeof name, "DSA_KERNEL=attention:token_groups, %d tokens x %d heads, %s KV: kernel %d, %lld "
+             "groups a launch, %zu bytes of workspace", tg[i].tokens, tg[i].heads, tg[i].fp8 ? "FP8" : "bf16",
+             tg[i].kernel, tg[i].groups_a_launch, tg[i].ws);
+    const dsa_attention_plan pl = dsa_plan_attention(&b, &(dsa_device_info){.num_sms = 132}, DSA_ATTN_TOKEN_GROUPS);
+    check(st == DSA_OK && g_dsa_stub.violations == 0 && g_dsa_stub.mla_kernel == tg[i].kernel &&
+              g_dsa_stub.mla_need == tg[i].ws && (tg[i].ws ? bound == tg[i].ws : 1) && pl.kernel == tg[i].kernel &&
+              (tg[i].kernel != DSA_ATTN_TOKEN_GROUPS || (pl.tg_groups == tg[i].groups_a_launch &&
+                                                         pl.token_group * tg[i].heads == 64 && tg[i].ws <= 64u << 20)),
+          name, "kernel %lld, workspace %lld", g_dsa_stub.mla_kernel, (long long)g_dsa_stub.mla_need);
+  }
   /* mma_split's head tile: under a wave of CTAs, narrower tiles when more, shorter CTAs still fit a wave
    * (a 64-head CTA takes about twice a 16-head one); the workspace bound holds for every tile */
   static const struct {

@@ -6,6 +6,8 @@
  *   heads_as_m  (heads_as_m.cu) wgmma, 64 heads as M, warp-specialised; CTAs of (token, 64 heads),
  *                               split over a cluster below a wave (no workspace)
  *   seesaw      (heads_as_m.cu) the same CTAs and splits, two consumer warpgroups alternating chunks
+ *   token_groups (heads_as_m.cu, token_groups.cu) 64 / H neighbouring tokens a CTA over the union of
+ *               their index lists (built first into the workspace), unsplit
  * Where the device cannot form a plan's cluster ("cluster misconfiguration", e.g. a partitioned GPU
  * with small GPCs; never seen on a whole H200, so these paths are untested): heads_as_m runs the same
  * plan unsplit, rows_as_m the call on mma_split, whose workspace is the one the caller sized.
@@ -18,6 +20,7 @@
 extern "C" int dsa_attention_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl, void *workspace,
                                     cudaStream_t stream) {
   if (a->num_tokens <= 0) return 0;
+  if (pl->kernel == DSA_ATTN_TOKEN_GROUPS) return dsa_attention_token_groups_launch(a, pl, workspace, stream);
   if (pl->kernel == DSA_ATTN_HEADS_AS_M || pl->kernel == DSA_ATTN_SEESAW) {
     const int err = dsa_attention_heads_as_m_launch(a, pl, workspace, stream);
     if (err != (int)cudaErrorInvalidClusterSize || pl->splits == 1) return err;

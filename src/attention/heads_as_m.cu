@@ -142,8 +142,12 @@ typedef struct {
   int splits;             /* CTAs per (token, group), one cluster, each a contiguous share of the chunks */
   int64_t token_offset;   /* first token of this launch (grids past 2^31 - 1 CTAs are cut) */
   int64_t num_units;      /* (token, group) units of this launch */
-  const float *colf_rows; /* the seesaw over packed FP8 KV: [num_slots] 2^K of the converted rows in
-                             io.kv (hm_convert_rows_kernel); else NULL */
+  union {
+    const float *colf_rows;  /* the seesaw over packed FP8 KV: [num_slots] 2^K of the converted rows in
+                                io.kv (hm_convert_rows_kernel); else NULL */
+    const uint8_t *tg_masks; /* token groups: [launch's groups][io.indices_stride] the union rows' token
+                                masks (bit j: the group's token j sees the row) */
+  };
 } hm_params;
 
 /* Byte offset of 16-byte chunk `chunk` (0..71, 8 dims each) of tile row r: 128-byte swizzle. */
@@ -188,7 +192,8 @@ typedef struct {
   int c0;                                                /* the ring's uses before this unit's chunks (the
                                                             CTA's earlier units): chunk c is use c0 + c */
   bool last;                                             /* the CTA's last unit */
-  int64_t t;                                             /* token */
+  int64_t t;                                             /* token (token groups: the group) */
+  int q_rows;                                            /* token groups: the group's rows of q, out, lse */
 } hm_ctx;
 
 /* The 16-bit type of the tile, Q and P: bf16 for bf16 KV (exact rows); for FP8 KV the latent dims
@@ -244,19 +249,24 @@ __device__ __forceinline__ void hm_rescale(float (&o)[128], float a0, float a1) 
   }
 }
 
-/* Normalised O half -> out (bf16), heads past H skipped; L0, L1: the sums of rows h0, h0 + 8. */
+/* Normalised O half -> out (bf16), heads past H skipped (token groups, TG: rows past the group's);
+ * L0, L1: the sums of rows h0, h0 + 8. */
+template <int TG>
 __device__ __forceinline__ void hm_store_out(const hm_params &p, const hm_ctx &x, const float (&o)[128], int h0, int qd,
                                              int dbase, float L0, float L1) {
   const float i0 = L0 > 0.f ? 1.f / L0 : 0.f, i1 = L1 > 0.f ? 1.f / L1 : 0.f;
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const int h = x.head0 + h0 + 8 * hf;
-    if (h >= p.num_heads) continue;
+    if (h >= (TG ? x.q_rows : p.num_heads)) continue;
     const float inv = hf ? i1 : i0;
+    /* token groups: a token without entries multiplied P = 0 by its neighbours' rows, which may hold
+     * inf / NaN (0 x inf): its out is 0 as the contract says, by a select */
+    const bool none = TG && !((hf ? L1 : L0) > 0.f);
     __nv_bfloat16 *dst = p.io.out + (x.t * p.num_heads + h) * MLA_V_DIM + dbase + 2 * qd;
 #pragma unroll
     for (int j = 0; j < 32; ++j)
-      *(uint32_t *)(dst + 8 * j) = ptx_f32x2_to_bf16x2(o[4 * j + 2 * hf] * inv, o[4 * j + 2 * hf + 1] * inv);
+      *(uint32_t *)(dst + 8 * j) = none ? 0u : ptx_f32x2_to_bf16x2(o[4 * j + 2 * hf] * inv, o[4 * j + 2 * hf + 1] * inv);
   }
 }
 
@@ -303,11 +313,12 @@ __device__ __forceinline__ void hm_qk_tile(float (&s)[32], float (&o)[128], cons
 /* online_softmax of tile b's S (a head row lives in one lane quad): the running max (m0, m1) moves
  * to the chunk's, s becomes P, (a0, a1) = exp of old max - new, (ps0, ps1) the quad-partial sums of
  * P. FP8: S = (Q 2^-e_h).(K 2^-K_r) 2^K_r over the latent dims (hm_qk_tile) plus (Q 2^-e_h).K over the
- * rope's, the score is S 2^e_h (powers of two: exact). */
-template <bool FP8>
+ * rope's, the score is S 2^e_h (powers of two: exact). Token groups of TG heads a token: row h (h0,
+ * h0 + 8) belongs to token h / TG, and a column counts for it where its mask has that token's bit. */
+template <bool FP8, int TG>
 __device__ __forceinline__ void hm_softmax(float (&s)[32], const hm_params &p, const hm_ctx &x, int b, int qd, float qs0,
                                            float qs1, float &m0, float &m1, float &a0, float &a1, float &ps0,
-                                           float &ps1) {
+                                           float &ps1, int h0) {
   const int *valid = x.valid_s + b * HM_ROWS;
   float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
@@ -315,7 +326,7 @@ __device__ __forceinline__ void hm_softmax(float (&s)[32], const hm_params &p, c
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int col = 8 * j + 2 * qd + (e & 1);
-      const bool ok = valid[col] >= 0;
+      const bool ok = TG ? ((valid[col] >> (((e & 2) ? h0 + 8 : h0) / (TG > 0 ? TG : 1))) & 1) != 0 : valid[col] >= 0;
       const float f = FP8 ? ((e & 2) ? qs1 : qs0) : p.scale_log2;
       s[4 * j + e] = ok ? s[4 * j + e] * f : -INFINITY;
       if (e < 2) mx0 = fmaxf(mx0, s[4 * j + e]);
@@ -408,7 +419,7 @@ __device__ __forceinline__ void hm_keep_p(uint32_t (&pa)[4][4]) {
 /* Warpgroup 0: qk_tile, online_softmax, P to shared memory and PV for dims 0..255 (bf16 KV: PV from P in
  * registers first, P stored for warpgroup 1 while it runs; HM_WG0_PV_RS); the lse and the final sums for
  * both warpgroups. Thread (w, lane) holds head rows h0 = 16w + lane/4 and h0 + 8. */
-template <bool FP8>
+template <bool FP8, int TG>
 __device__ __forceinline__ void hm_consume_qk(const hm_params &p, const hm_ctx &x, int w, int lane) {
   const int g = lane >> 2, qd = lane & 3, h0 = 16 * w + g;
   float o[128];
@@ -423,7 +434,7 @@ __device__ __forceinline__ void hm_consume_qk(const hm_params &p, const hm_ctx &
     float s[32];
     hm_qk_tile<FP8>(s, o, x, kv_u32, b, qd);
     float a0, a1, ps0, ps1;
-    hm_softmax<FP8>(s, p, x, b, qd, qs0, qs1, m0, m1, a0, a1, ps0, ps1);
+    hm_softmax<FP8, TG>(s, p, x, b, qd, qs0, qs1, m0, m1, a0, a1, ps0, ps1, h0);
     l0 = l0 * a0 + ps0; /* quad-partial sums, reduced at the end */
     l1 = l1 * a1 + ps1;
     hm_p_row_factors<FP8>(s, x, b, qd);
@@ -480,19 +491,19 @@ __device__ __forceinline__ void hm_consume_qk(const hm_params &p, const hm_ctx &
   if (qd == 0) {
     x.l_s[h0] = l0;
     x.l_s[h0 + 8] = l1;
-    const int H = p.num_heads;
+    const int H = p.num_heads, lim = TG ? x.q_rows : H;
     if (p.io.lse) {
-      if (x.head0 + h0 < H) p.io.lse[x.t * H + x.head0 + h0] = mla_lse(m0, l0);
-      if (x.head0 + h0 + 8 < H)
+      if (x.head0 + h0 < lim) p.io.lse[x.t * H + x.head0 + h0] = mla_lse(m0, l0);
+      if (x.head0 + h0 + 8 < lim)
         p.io.lse[x.t * H + x.head0 + h0 + 8] = mla_lse(m1, l1);
     }
   }
   ptx_bar_sync(HM_BAR_EPILOGUE, 256);
-  hm_store_out(p, x, o, h0, qd, 0, x.l_s[h0], x.l_s[h0 + 8]);
+  hm_store_out<TG>(p, x, o, h0, qd, 0, x.l_s[h0], x.l_s[h0 + 8]);
 }
 
 /* Warpgroup 1: PV for dims 256..511 with the P and alpha warpgroup 0 publishes. */
-template <bool FP8>
+template <bool FP8, int TG>
 __device__ __forceinline__ void hm_consume_pv(const hm_params &p, const hm_ctx &x, int w, int lane) {
   const int g = lane >> 2, qd = lane & 3, h0 = 16 * w + g;
   float o[128];
@@ -513,7 +524,7 @@ __device__ __forceinline__ void hm_consume_pv(const hm_params &p, const hm_ctx &
   }
   ptx_bar_sync(HM_BAR_EPILOGUE, 256);
   if (x.splits > 1) hm_stage_o(x, o, h0, qd, 256);
-  else hm_store_out(p, x, o, h0, qd, 256, x.l_s[h0], x.l_s[h0 + 8]);
+  else hm_store_out<TG>(p, x, o, h0, qd, 256, x.l_s[h0], x.l_s[h0 + 8]);
 }
 
 /* The other warpgroup's chunk c on this warpgroup's O half: its P from shared memory, O and the own
@@ -570,7 +581,7 @@ __device__ __forceinline__ void hm_consume_seesaw(const hm_params &p, const hm_c
       __syncwarp(); /* the quad has read them before its lane 0 writes chunk c's */
     }
     float a0, a1, ps0, ps1;
-    hm_softmax<FP8>(s, p, x, b, qd, qs0, qs1, m0, m1, a0, a1, ps0, ps1);
+    hm_softmax<FP8, 0>(s, p, x, b, qd, qs0, qs1, m0, m1, a0, a1, ps0, ps1, h0);
     hm_p_row_factors<FP8>(s, x, b, qd);
     if (qd == 0) {
       m_s[h0] = m0;
@@ -630,7 +641,7 @@ __device__ __forceinline__ void hm_consume_seesaw(const hm_params &p, const hm_c
     if (x.head0 + h0 < H) p.io.lse[x.t * H + x.head0 + h0] = mla_lse(m0, L0);
     if (x.head0 + h0 + 8 < H) p.io.lse[x.t * H + x.head0 + h0 + 8] = mla_lse(m1, L1);
   }
-  hm_store_out(p, x, o, h0, qd, dbase, L0, L1);
+  hm_store_out<0>(p, x, o, h0, qd, dbase, L0, L1);
 }
 
 /* Splits: merge the cluster's (m, l, O) through distributed shared memory, in rank order (the same
@@ -760,16 +771,25 @@ __device__ __forceinline__ void hm_merge_cluster(const hm_params &p, uint32_t s_
  * memory (conflict-free). Warp w (0..3) owns rows 16w + 4q + r4 (q = 0..3) of every chunk.
  */
 
+/* The token mask of union row e of a token group (mask_row: the group's masks), 0 past `end`. */
+__device__ __forceinline__ int hm_tg_mask(const uint8_t *mask_row, int e, int end) {
+  return e < end ? (int)__ldg(mask_row + e) : 0;
+}
+
 /* bf16 KV: cp.async, up to two chunks in flight. CONVERTED (the seesaw over packed FP8 KV): the rows
- * are the converted ones (f16 latent x 2^-K, bf16 rope as stored), and each row's 2^K goes to colf_s. */
-template <bool CONVERTED>
+ * are the converted ones (f16 latent x 2^-K, bf16 rope as stored), and each row's 2^K goes to colf_s.
+ * Token groups (TG): valid_s holds each row's token mask (mask_row), 0 for a skipped row. */
+template <bool CONVERTED, int TG = 0>
 __device__ __forceinline__ void hm_produce_bf16(const hm_params &p, const int32_t *idx_row, int end, int n, int c0,
                                                 uint32_t tile_u32, const mbar_ring &ring, int *valid_s, float *colf_s,
-                                                int w, int lane) {
+                                                int w, int lane, const uint8_t *mask_row = nullptr) {
   const int r4 = lane >> 3, pl = lane & 7;
-  int slot[4];
+  int slot[4], msk[4];
 #pragma unroll
-  for (int q = 0; q < 4; ++q) slot[q] = mla_entry_slot(idx_row, 16 * w + 4 * q + r4, end, p.io.num_slots);
+  for (int q = 0; q < 4; ++q) {
+    slot[q] = mla_entry_slot(idx_row, 16 * w + 4 * q + r4, end, p.io.num_slots);
+    msk[q] = TG ? hm_tg_mask(mask_row, 16 * w + 4 * q + r4, end) : 0;
+  }
   for (int c = 0; c < n; ++c) {
     const int b = (c0 + c) & 1;
     /* Chunk c-1 is published when it has landed: right after chunk c is issued if c's tile is
@@ -791,7 +811,7 @@ __device__ __forceinline__ void hm_produce_bf16(const hm_params &p, const int32_
     for (int q = 0; q < 4; ++q) {
       const int r = 16 * w + 4 * q + r4;
       slot[q] = mla_slot_checked(slot[q], p.io.num_slots); /* loaded an iteration ago */
-      if (pl == 0) valid_s[b * HM_ROWS + r] = slot[q];
+      if (pl == 0) valid_s[b * HM_ROWS + r] = TG ? (slot[q] >= 0 ? msk[q] : 0) : slot[q];
       if (CONVERTED && pl == 0) colf_s[b * HM_ROWS + r] = slot[q] >= 0 ? __ldg(p.colf_rows + slot[q]) : 1.f;
       const __nv_bfloat16 *src =
           (const __nv_bfloat16 *)p.io.kv + (slot[q] >= 0 ? (int64_t)slot[q] * p.io.kv_stride : 0) + pl * 8;
@@ -801,7 +821,10 @@ __device__ __forceinline__ void hm_produce_bf16(const hm_params &p, const int32_
     }
     ptx_cp_async_commit();
 #pragma unroll
-    for (int q = 0; q < 4; ++q) slot[q] = mla_entry_raw(idx_row, (c + 1) * HM_ROWS + 16 * w + 4 * q + r4, end);
+    for (int q = 0; q < 4; ++q) {
+      slot[q] = mla_entry_raw(idx_row, (c + 1) * HM_ROWS + 16 * w + 4 * q + r4, end);
+      if (TG) msk[q] = hm_tg_mask(mask_row, (c + 1) * HM_ROWS + 16 * w + 4 * q + r4, end);
+    }
     if (!published) { /* chunk c-1 has landed: publish it (chunk c stays in flight) */
       ptx_cp_async_wait<1>();
       ptx_fence_proxy_async_smem();
@@ -817,18 +840,24 @@ __device__ __forceinline__ void hm_produce_bf16(const hm_params &p, const int32_
 
 /* Packed FP8 KV. The 512 e4m3 bytes of a row are four 128-byte lines = its four scale groups; the
  * next chunk's lines wait in registers (loaded as soon as this chunk's are converted) while the
- * consumers work. The tile holds the latent dims in f16 times 2^-K_r and the rope dims in bf16 as stored. */
+ * consumers work. The tile holds the latent dims in f16 times 2^-K_r and the rope dims in bf16 as stored.
+ * Token groups (TG): valid_s holds each row's token mask (mask_row, loaded two chunks ahead), 0 for a
+ * skipped row. */
+template <int TG = 0>
 __device__ __forceinline__ void hm_produce_fp8(const hm_params &p, const int32_t *idx_row, int end, int n, int c0,
                                                uint32_t tile_u32, const mbar_ring &ring, int *valid_s, float *colf_s,
-                                               int w, int lane) {
+                                               int w, int lane, const uint8_t *mask_row = nullptr) {
   const int r4 = lane >> 3, pl = lane & 7;
   const uint8_t *kvb = (const uint8_t *)p.io.kv;
   uint4 pay[4][4];
   float sc[4]; /* lane p holds scale p & 3 of its row; shuffled to the row's lanes when used */
   int slot[4], nslot[4], pslot[4]; /* the rows of chunks c, c + 1 (raw), c + 2 (raw, prefetched into L2) */
+  int msk[4], nmsk[4];             /* token groups: the masks of chunks c, c + 1 */
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     slot[q] = mla_entry_slot(idx_row, 16 * w + 4 * q + r4, end, p.io.num_slots);
+    msk[q] = TG ? hm_tg_mask(mask_row, 16 * w + 4 * q + r4, end) : 0;
+    nmsk[q] = TG ? hm_tg_mask(mask_row, HM_ROWS + 16 * w + 4 * q + r4, end) : 0;
     const uint8_t *row = kvb + (int64_t)(slot[q] >= 0 ? slot[q] : 0) * MLA_FP8_SLOT_BYTES;
 #pragma unroll
     for (int j = 0; j < 4; ++j)
@@ -869,7 +898,7 @@ __device__ __forceinline__ void hm_produce_fp8(const hm_params &p, const int32_t
       const float f = hm_pow2(-K);
       const uint32_t mult_mine = ptx_f32x2_to_f16x2(sc[q] * f, sc[q] * f);
       if (pl == 0) {
-        valid_s[b * HM_ROWS + r] = slot[q];
+        valid_s[b * HM_ROWS + r] = TG ? (slot[q] >= 0 ? msk[q] : 0) : slot[q];
         colf_s[b * HM_ROWS + r] = hm_pow2(K);
       }
       /* row r = 16w + 4q + r4: (r >> 3) * 1024 + (r & 7) * 128 = 2048w + 512q + 128 r4; the 16 dims
@@ -892,6 +921,10 @@ __device__ __forceinline__ void hm_produce_fp8(const hm_params &p, const int32_t
       slot[q] = nslot[q];
       nslot[q] = pslot[q];
       pslot[q] = mla_entry_raw(idx_row, (c + 3) * HM_ROWS + 16 * w + 4 * q + r4, end); /* checked when used */
+      if (TG) {
+        msk[q] = nmsk[q];
+        nmsk[q] = hm_tg_mask(mask_row, (c + 2) * HM_ROWS + 16 * w + 4 * q + r4, end);
+      }
     }
     ptx_cp_async_wait<0>();
     ptx_fence_proxy_async_smem();
@@ -908,17 +941,18 @@ __device__ __forceinline__ void hm_produce_fp8(const hm_params &p, const int32_t
  * the same four banks 32 times (ncu, 16 tokens x 64 heads: 444k store conflicts, now 59k). The head's
  * largest |q| is reduced over its four lanes. Q is staged 4.0 us after a CTA's entry (H200,
  * dev/attention_heads_as_m_trace; 5.9 when a lane staged one head's chunks, conflicting). */
-template <bool FP8>
+template <bool FP8, int TG = 0>
 __device__ __forceinline__ void hm_load_q(const hm_params &p, uint8_t *smem, float *qexp_s, int64_t t, int head0,
-                                          int warp, int lane) {
+                                          int warp, int lane, int q_rows = 0) {
   constexpr int NK = 72 / 4; /* chunks a lane stages */
   const int H = p.num_heads, i = lane & 7, j = lane >> 3, hh = 8 * warp + i, h = head0 + hh;
+  const int lim = TG ? q_rows : H; /* token groups: the group's rows (H = 64 its stride) */
   uint4 v[NK];
   /* one 64-bit base a lane, the chunks at immediate offsets (per-chunk addresses were hoisted out of
    * the units' loop and spilled) */
-  const uint4 *src = (const uint4 *)(p.io.q + (t * H + (h < H ? h : 0)) * MLA_QK_DIM) + j;
+  const uint4 *src = (const uint4 *)(p.io.q + (t * H + (h < lim ? h : 0)) * MLA_QK_DIM) + j;
 #pragma unroll
-  for (int k = 0; k < NK; ++k) v[k] = h < H ? __ldg(src + 4 * k) : make_uint4(0, 0, 0, 0);
+  for (int k = 0; k < NK; ++k) v[k] = h < lim ? __ldg(src + 4 * k) : make_uint4(0, 0, 0, 0);
   if (FP8) {
     float amax = 0.f;
 #pragma unroll
@@ -1028,6 +1062,19 @@ __device__ __forceinline__ hm_unit hm_unit_of(const hm_params &p, int64_t unit, 
   return u;
 }
 
+/* Token groups: the launch's group blockIdx.x as a unit — a token of 64 heads (token_offset: the
+ * launch's first group) over its union rows (io.indices, io.indices_stride a group; io.lens holds each
+ * group's (union rows, rows of q)). */
+__device__ __forceinline__ hm_unit hm_unit_tg(const hm_params &p) {
+  hm_unit u;
+  u.t = p.token_offset + blockIdx.x;
+  u.head0 = 0;
+  u.end = __ldg(p.io.lens + 2 * (int64_t)blockIdx.x);
+  u.n = (u.end + HM_ROWS - 1) / HM_ROWS;
+  u.idx_row = p.io.indices + (int64_t)blockIdx.x * p.io.indices_stride;
+  return u;
+}
+
 /* The consumers' context for unit u in the CTA's shared memory (base s_u32 / smem): the windows, the
  * unit, its splits, the ring's uses before it (c0) and whether it is the CTA's last. */
 __device__ __forceinline__ hm_ctx hm_ctx_of(uint32_t s_u32, uint8_t *smem, const hm_unit &u, int splits, int c0,
@@ -1048,10 +1095,11 @@ __device__ __forceinline__ hm_ctx hm_ctx_of(uint32_t s_u32, uint8_t *smem, const
   x.c0 = c0;
   x.last = last;
   x.t = u.t;
+  x.q_rows = HM_HEADS;
   return x;
 }
 
-template <bool FP8, bool SEESAW>
+template <bool FP8, bool SEESAW, int TG = 0>
 __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_params p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint32_t s_u32;
@@ -1067,38 +1115,42 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_pa
   if (tid == 0) ring_init(ring, 2, 128, 256);
   __syncthreads();
   ptx_griddep_wait();
-  const hm_unit u = hm_unit_of(p, blockIdx.x / p.splits, split);
+  const hm_unit u = TG ? hm_unit_tg(p) : hm_unit_of(p, blockIdx.x / p.splits, split);
+  /* token groups: the group's rows of q and its union rows' masks */
+  const int q_rows = TG ? __ldg(p.io.lens + 2 * (int64_t)blockIdx.x + 1) : HM_HEADS;
+  const uint8_t *mask_row = TG ? p.tg_masks + (int64_t)blockIdx.x * p.io.indices_stride : nullptr;
 
   if (warp >= 8) {
     const int w = warp - 8;
     if (!FP8) {
       ptx_setmaxnreg_dec<HM_REG_PRODUCER(false)>();
-      hm_produce_bf16<false>(p, u.idx_row, u.end, u.n, 0, tile_u32, ring, valid_s, colf_s, w, lane);
+      hm_produce_bf16<false, TG>(p, u.idx_row, u.end, u.n, 0, tile_u32, ring, valid_s, colf_s, w, lane, mask_row);
     } else if (SEESAW) { /* the converted rows: copies, as bf16 KV */
       ptx_setmaxnreg_dec<HM_REG_PRODUCER(false)>();
       hm_produce_bf16<true>(p, u.idx_row, u.end, u.n, 0, tile_u32, ring, valid_s, colf_s, w, lane);
     } else {
       ptx_setmaxnreg_dec<HM_REG_PRODUCER(true)>();
-      hm_produce_fp8(p, u.idx_row, u.end, u.n, 0, tile_u32, ring, valid_s, colf_s, w, lane);
+      hm_produce_fp8<TG>(p, u.idx_row, u.end, u.n, 0, tile_u32, ring, valid_s, colf_s, w, lane, mask_row);
     }
     if (p.splits > 1) hm_merge_cluster<FP8>(p, s_u32, smem, u.t, u.head0, false, tid); /* joins the barriers only */
     return;
   }
 
   const int cw = warp >> 2;
-  hm_load_q<FP8>(p, smem, qexp_s, u.t, u.head0, warp, lane);
+  hm_load_q<FP8, TG>(p, smem, qexp_s, u.t, u.head0, warp, lane, q_rows);
   ptx_fence_proxy_async_smem();
   ptx_bar_sync(HM_BAR_Q_LOADED, 256);
-  const hm_ctx x = hm_ctx_of(s_u32, smem, u, p.splits, 0, true);
+  hm_ctx x = hm_ctx_of(s_u32, smem, u, p.splits, 0, true);
+  x.q_rows = q_rows;
   if (SEESAW) {
     ptx_setmaxnreg_inc<HM_REG_SEESAW>(); /* both: an O half, S and the softmax */
     hm_consume_seesaw<FP8>(p, x, cw, warp & 3, lane);
   } else if (cw == 0) {
     ptx_setmaxnreg_inc<HM_REG_QK(FP8)>(); /* O half, S and the softmax */
-    hm_consume_qk<FP8>(p, x, warp & 3, lane);
+    hm_consume_qk<FP8, TG>(p, x, warp & 3, lane);
   } else {
     if (HM_REG_PV(FP8) > 168) ptx_setmaxnreg_inc<(HM_REG_PV(FP8) > 168 ? HM_REG_PV(FP8) : 168)>();
-    hm_consume_pv<FP8>(p, x, warp & 3, lane);
+    hm_consume_pv<FP8, TG>(p, x, warp & 3, lane);
   }
   if (p.splits > 1) hm_merge_cluster<FP8>(p, s_u32, smem, u.t, u.head0, true, tid);
 }
@@ -1118,8 +1170,8 @@ __device__ __forceinline__ void hm_consumer_units(const hm_params &p, uint8_t *s
     ptx_fence_proxy_async_smem();
     ptx_bar_sync(HM_BAR_Q_LOADED, 256);
     const hm_ctx x = hm_ctx_of(s_u32, smem, u, 1, c0, unit + gridDim.x >= p.num_units);
-    if (QK) hm_consume_qk<false>(p, x, warp & 3, lane);
-    else hm_consume_pv<false>(p, x, warp & 3, lane);
+    if (QK) hm_consume_qk<false, 0>(p, x, warp & 3, lane);
+    else hm_consume_pv<false, 0>(p, x, warp & 3, lane);
     c0 += u.n;
   }
 }
@@ -1195,6 +1247,48 @@ static cudaError_t hm_launch(hm_params prm, int64_t num_tokens, int ctas, cudaSt
     return dsa_launch_smem_cluster(hm_attention_kernel<FP8, SEESAW>, &cache, dim3((unsigned)(nt * per_token)), HM_THREADS,
                                    HM_SMEM, stream, true, prm.splits > 1 ? (unsigned)prm.splits : 0u, prm);
   });
+}
+
+/* Token groups: per launch of the plan's groups, the unions (token_groups.cu) into the workspace, then
+ * a CTA a group; each group is a token of 64 heads for q, out and lse (its tokens' rows are
+ * consecutive), the workspace's unions its index rows. */
+template <bool FP8, int TG>
+static cudaError_t hm_tg_launch(const hm_params &prm, int64_t groups, cudaStream_t stream) {
+  static dsa_smem_cache cache;
+  return dsa_launch_smem_cluster(hm_attention_kernel<FP8, false, TG>, &cache, dim3((unsigned)groups), HM_THREADS,
+                                 HM_SMEM, stream, true, 0u, prm);
+}
+
+extern "C" int dsa_attention_token_groups_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl,
+                                                 void *workspace, cudaStream_t stream) {
+  if (a->num_tokens <= 0) return 0;
+  const int G = pl->token_group;
+  const int64_t all = ((int64_t)a->num_tokens + G - 1) / G;
+  const dsa_tg_layout lay = dsa_tg_layout_of(a, pl->tg_groups);
+  uint8_t *ws = (uint8_t *)workspace;
+  hm_params prm = hm_params_of(a, pl);
+  prm.num_heads = HM_HEADS; /* a group: a token of 64 heads */
+  prm.num_groups = 1;
+  prm.splits = 1;
+  prm.topk = (int)lay.cap;
+  prm.io.indices = (const int32_t *)(ws + lay.slots_off);
+  prm.io.indices_stride = lay.cap;
+  prm.io.lens = (const int32_t *)(ws + lay.counts_off);
+  prm.tg_masks = ws + lay.masks_off;
+  const bool fp8 = a->kv_format == DSA_KV_FP8_PACKED;
+  for (int64_t g0 = 0; g0 < all; g0 += pl->tg_groups) {
+    const int64_t n = all - g0 < pl->tg_groups ? all - g0 : pl->tg_groups;
+    int err = dsa_attention_tg_union_launch(a, g0, n, &lay, workspace, stream);
+    if (err) return err;
+    prm.token_offset = g0;
+    prm.num_units = n;
+    cudaError_t e;
+    if (G == 8) e = fp8 ? hm_tg_launch<true, 8>(prm, n, stream) : hm_tg_launch<false, 8>(prm, n, stream);
+    else if (G == 4) e = fp8 ? hm_tg_launch<true, 16>(prm, n, stream) : hm_tg_launch<false, 16>(prm, n, stream);
+    else e = fp8 ? hm_tg_launch<true, 32>(prm, n, stream) : hm_tg_launch<false, 32>(prm, n, stream);
+    if (e != cudaSuccess) return (int)e;
+  }
+  return 0;
 }
 
 extern "C" int dsa_attention_heads_as_m_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl,

@@ -34,7 +34,7 @@ static const kernel_name k_topk_names[] = {
     {"registers", DSA_TOPK_REGISTERS}, {"slices", DSA_TOPK_SLICES}, {"chain", DSA_TOPK_CHAIN}, {NULL, 0}};
 static const kernel_name k_attention_names[] = {
     {"mma_split", DSA_ATTN_MMA_SPLIT}, {"rows_as_m", DSA_ATTN_ROWS_AS_M}, {"heads_as_m", DSA_ATTN_HEADS_AS_M},
-    {"seesaw", DSA_ATTN_SEESAW}, {NULL, 0}};
+    {"seesaw", DSA_ATTN_SEESAW}, {"token_groups", DSA_ATTN_TOKEN_GROUPS}, {NULL, 0}};
 static const kernel_name k_merge_names[] = {
     {"select", DSA_MERGE_SELECT}, {"runs", DSA_MERGE_RUNS}, {"tree", DSA_MERGE_TREE}, {NULL, 0}};
 

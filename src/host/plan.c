@@ -193,7 +193,27 @@ static dsa_attention_plan mla_plan_unsplit(const dsa_sparse_mla_args *a, int ker
   pl.blocks_per_split = pl.num_blocks;
   pl.convert_rows = 0;
   pl.ctas = 0;
+  pl.token_group = 0;
+  pl.tg_groups = 0;
   return pl;
+}
+
+/* Token groups run at heads dividing 64, at most 32 (groups of 2 to 64 tokens); masks of a byte hold
+ * at most 8 tokens, so 8 to 32 heads. */
+static int mla_token_group(const dsa_sparse_mla_args *a) {
+  const int h = a->num_heads;
+  return (h == 8 || h == 16 || h == 32) ? 64 / h : 0;
+}
+
+/* Groups a launch: all of the call's where their unions fit DSA_TG_WORKSPACE_CAP, else as many as do. */
+static int64_t mla_tg_groups(const dsa_sparse_mla_args *a) {
+  const int G = mla_token_group(a);
+  const int64_t all = ((int64_t)a->num_tokens + G - 1) / G;
+  const dsa_tg_layout one = dsa_tg_layout_of(a, 1);
+  const size_t per = (size_t)one.cap * 5 + 8;
+  int64_t fit = (int64_t)((DSA_TG_WORKSPACE_CAP - 3 * 256) / per);
+  if (fit < 1) fit = 1;
+  return all < fit ? all : fit;
 }
 
 /* CTAs a wave of clusters of s holds on the device (dsa_device_info.cluster_ctas: a cluster's CTAs share
@@ -314,6 +334,13 @@ static int64_t mla_mma_split_chunk_weight(int mt) { return mt == 1 ? 2 : mt == 2
 dsa_attention_plan dsa_plan_attention(const dsa_sparse_mla_args *a, const dsa_device_info *dev, int kernel) {
   if (kernel == DSA_ATTN_ROWS_AS_M) return mla_plan_rows_as_m(a, dev);
   if (kernel == DSA_ATTN_HEADS_AS_M) return mla_plan_heads_as_m(a, dev);
+  if (kernel == DSA_ATTN_TOKEN_GROUPS) { /* 64 / H tokens a CTA, unsplit; other head counts: heads_as_m */
+    if (!mla_token_group(a)) return mla_plan_heads_as_m(a, dev);
+    dsa_attention_plan pl = mla_plan_unsplit(a, DSA_ATTN_TOKEN_GROUPS, 4);
+    pl.token_group = mla_token_group(a);
+    pl.tg_groups = mla_tg_groups(a);
+    return pl;
+  }
   if (kernel == DSA_ATTN_SEESAW) { /* heads_as_m's CTAs and splits, its seesaw consumers */
     dsa_attention_plan pl = mla_plan_heads_as_m(a, dev);
     pl.kernel = DSA_ATTN_SEESAW;
@@ -358,6 +385,7 @@ static size_t mla_converted_bytes(const dsa_sparse_mla_args *a) {
 size_t dsa_plan_attention_workspace(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl) {
   if (a->num_tokens <= 0) return 0;
   if (pl->convert_rows) return mla_converted_bytes(a);
+  if (pl->kernel == DSA_ATTN_TOKEN_GROUPS) return dsa_tg_layout_of(a, pl->tg_groups).total;
   if (pl->splits <= 1 || pl->kernel != DSA_ATTN_MMA_SPLIT) return 0;
   return mla_split_bytes(a, pl->splits);
 }
@@ -370,6 +398,9 @@ size_t dsa_plan_attention_workspace_bound(const dsa_sparse_mla_args *a) {
   if (a->num_tokens <= 0) return 0;
   /* the seesaw over packed FP8 KV converts the cache's rows */
   if (a->kv_format == DSA_KV_FP8_PACKED && dsa_choose_attention(a) == DSA_ATTN_SEESAW) return mla_converted_bytes(a);
+  /* token groups: their unions (their plan takes nothing from the device) */
+  if (dsa_choose_attention(a) == DSA_ATTN_TOKEN_GROUPS && mla_token_group(a))
+    return dsa_tg_layout_of(a, mla_tg_groups(a)).total;
   const dsa_attention_plan pl = mla_plan_mma_split(a, DSA_PLAN_MAX_SMS, mla_mma_split_max_mt(a)); /* the others need none */
   const int64_t units = (int64_t)a->num_tokens * pl.groups;
   if (units >= DSA_PLAN_MAX_SMS) return 0;

@@ -78,7 +78,32 @@ typedef struct {
                            as the f16 tile rows heads_as_m's FP8 producer makes (mla_converted_bytes) */
   int ctas;             /* heads_as_m unsplit: a persistent grid of this many CTAs, each looping over
                            units (token, group); 0: a CTA per unit and split */
+  int token_group;      /* token groups: tokens a group (64 / heads); 0 otherwise */
+  int64_t tg_groups;    /* token groups: groups a launch (the workspace holds that many unions) */
 } dsa_attention_plan;
+
+/* Token groups' workspace for a launch of `groups` groups: per group, cap = token_group x topk union
+ * slots (int32) and token masks (uint8), and two int32 counts (the union's rows, the group's rows of
+ * q); each part 256-byte aligned. */
+typedef struct {
+  int64_t cap;    /* union rows a group can have */
+  int64_t groups; /* groups a launch */
+  size_t slots_off, masks_off, counts_off, total;
+} dsa_tg_layout;
+/* A launch's layout for a call (heads dividing 64, <= 32) and groups a launch. */
+static inline dsa_tg_layout dsa_tg_layout_of(const dsa_sparse_mla_args *a, int64_t groups) {
+  dsa_tg_layout l;
+  l.cap = (int64_t)(64 / a->num_heads) * a->topk;
+  l.groups = groups;
+  l.slots_off = 0;
+  l.masks_off = ((size_t)groups * (size_t)l.cap * 4 + 255) & ~(size_t)255;
+  l.counts_off = l.masks_off + (((size_t)groups * (size_t)l.cap + 255) & ~(size_t)255);
+  l.total = l.counts_off + (((size_t)groups * 8 + 255) & ~(size_t)255);
+  return l;
+}
+/* Token groups: most workspace a launch takes (DSA_TG_WORKSPACE_CAP bytes, or less where all the
+ * call's groups fit), and so the groups a launch. */
+#define DSA_TG_WORKSPACE_CAP ((size_t)64 << 20)
 /* The plan of `kernel` (dsa_attention_kernel) for a call on the device `dev` describes (its SMs, and for
  * rows_as_m and heads_as_m the CTAs its clusters keep resident). */
 dsa_attention_plan dsa_plan_attention(const dsa_sparse_mla_args *a, const dsa_device_info *dev, int kernel);

@@ -116,6 +116,8 @@ void mla_build(const mla_case *c, mla_prob *p) {
         row[i] = (int32_t)(v == 0 ? S : v == 7 ? S + 7 : v);
       } else if (i >= lens) {
         row[i] = (int32_t)rng_below(S); /* valid slot past lens: must be ignored */
+      } else if (c->share > 0 && t > 0 && t - 1 != invalid_tok && rng_unit() < c->share) {
+        row[i] = row[i - p->istride]; /* the previous token's entry */
       } else {
         row[i] = mla_random_index(S, row, i);
       }

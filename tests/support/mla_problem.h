@@ -24,6 +24,8 @@ typedef struct {
   double q_amp;
   int num_slots;
   int check_determinism;
+  double share;           /* each entry of token t > 0 (within lens) is token t - 1's with this
+                             probability, as neighbouring prefill tokens share rows (token groups) */
   uint64_t seed;
 } mla_case;
 

@@ -402,9 +402,18 @@ int dsa_attention_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan 
   REQUIRE(a->kv_format == DSA_KV_FP8_PACKED || (a->kv_stride >= DSA_MLA_QK_DIM && a->kv_stride % 8 == 0),
           "mla kv_stride %lld", (long long)a->kv_stride);
   REQUIRE(pl->kernel == DSA_ATTN_MMA_SPLIT || pl->kernel == DSA_ATTN_ROWS_AS_M || pl->kernel == DSA_ATTN_HEADS_AS_M ||
-              pl->kernel == DSA_ATTN_SEESAW,
+              pl->kernel == DSA_ATTN_SEESAW || pl->kernel == DSA_ATTN_TOKEN_GROUPS,
           "mla plan kernel %d", pl->kernel);
-  REQUIRE(pl->kernel == DSA_ATTN_HEADS_AS_M || pl->kernel == DSA_ATTN_SEESAW
+  /* token groups: 64 / H tokens a group, H dividing 64 (8 to 32), unsplit; a launch's unions within
+   * the workspace cap, and the call's groups in launches of tg_groups */
+  REQUIRE(pl->kernel != DSA_ATTN_TOKEN_GROUPS ||
+              ((a->num_heads == 8 || a->num_heads == 16 || a->num_heads == 32) && pl->token_group * a->num_heads == 64 &&
+               pl->splits == 1 && pl->ctas == 0 && pl->tg_groups >= 1 &&
+               pl->tg_groups <= ((int64_t)a->num_tokens + pl->token_group - 1) / pl->token_group &&
+               dsa_tg_layout_of(a, pl->tg_groups).total <= DSA_TG_WORKSPACE_CAP),
+          "mla token groups plan: %d heads, groups of %d, %lld a launch", a->num_heads, pl->token_group,
+          (long long)pl->tg_groups);
+  REQUIRE(pl->kernel == DSA_ATTN_HEADS_AS_M || pl->kernel == DSA_ATTN_SEESAW || pl->kernel == DSA_ATTN_TOKEN_GROUPS
               ? pl->mt == 4
               : pl->mt == 1 || pl->mt == 2 || (pl->mt == 4 && pl->kernel == DSA_ATTN_MMA_SPLIT),
           "mla plan mt %d", pl->mt);
@@ -421,7 +430,7 @@ int dsa_attention_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan 
           dsa_plan_attention_workspace_bound(a));
   if (need > 0)
     REQUIRE(workspace && !misaligned(workspace, 256) && in_workspace(workspace) && fits_workspace(workspace, need),
-            "mla split partials (%zu bytes) outside the workspace", need);
+            "mla workspace (%zu bytes) outside the caller's", need);
   int e;
   if ((e = count_launch())) return e;
   s->mla_tokens += a->num_tokens;

@@ -1,0 +1,175 @@
+/*
+ * attention/token_groups.cu — the union of neighbouring tokens' index lists, for heads_as_m's token
+ * groups (DSA_ATTN_TOKEN_GROUPS, heads_as_m.cu).
+ *
+ * At H <= 32 heads (H divides 64) a group is G = 64 / H consecutive tokens t0 .. t0 + G - 1, whose
+ * (token, head) rows are 64 consecutive rows of q, out and lse: heads_as_m runs the group as one
+ * token of 64 heads over the union of the G tokens' entries, a row of M seeing only the columns of
+ * its own token. Where neighbours select the same rows (a prefill chunk's tokens share most of
+ * them), each shared row is gathered, converted and multiplied once a group instead of once a token.
+ *
+ * Per group (one CTA of TG_THREADS threads), over its G x topk entries (token j's entry i is valid
+ * when i < lens[t0 + j], 0 <= idx < num_slots and t0 + j < T — the kernels' rule, attention.cuh):
+ *   sort     the valid entries by slot, stably (CUB block radix sort; entries in token order, so a
+ *            slot's entries come token by token, each token's in list order); invalid ones last
+ *   rows     a slot that token j lists c_j times makes max_j c_j union rows: row k of the slot carries
+ *            token j when c_j > k — so every entry is one softmax term of its token, repeats too
+ *   out      slots[r] and masks[r] (bit j: token j sees row r) for r < n_rows, then n_rows and the
+ *            group's rows of q (64, or (T - t0) x H for a last, partial group).
+ * The union's order is the slots' ascending order: the same input, the same bits.
+ * Workspace of a launch of `groups` groups: dsa_tg_layout (host/plan.h).
+ */
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include <cub/block/block_radix_sort.cuh>
+#include <cub/block/block_scan.cuh>
+
+#include "common/launch.cuh"
+#include "kernels.h"
+
+#define TG_THREADS 512
+#define TG_INVALID 0xFFFFFFFFu /* the sort key of an invalid entry: after every slot (< 2^31) */
+
+template <int ITEMS>
+struct tg_smem {
+  typedef cub::BlockRadixSort<uint32_t, TG_THREADS, ITEMS, uint8_t> sort_t;
+  typedef cub::BlockScan<int, TG_THREADS> scan_t;
+  union {
+    typename sort_t::TempStorage sort;
+    struct {
+      uint32_t key[TG_THREADS * ITEMS]; /* sorted slots; then the union rows' token masks */
+      uint8_t tok[TG_THREADS * ITEMS];  /* sorted tokens (j) */
+    } sorted;
+  } u;
+  int run_rows[TG_THREADS * ITEMS];     /* rows of each run (one slot); then their first row */
+  int slot[TG_THREADS * ITEMS];         /* union rows' slots */
+  typename scan_t::TempStorage scan;
+};
+
+struct tg_max_op {
+  __device__ __forceinline__ int operator()(int a, int b) const { return a > b ? a : b; }
+};
+
+template <int ITEMS>
+__global__ void __launch_bounds__(TG_THREADS, 1)
+    tg_union_kernel(const int32_t *indices, int64_t indices_stride, const int32_t *lens, int64_t num_tokens,
+                    int64_t num_slots, int topk, int heads, int64_t group0, dsa_tg_layout lay, uint8_t *ws) {
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  tg_smem<ITEMS> &sm = *reinterpret_cast<tg_smem<ITEMS> *>(smem_raw);
+  typedef typename tg_smem<ITEMS>::sort_t sort_t;
+  typedef typename tg_smem<ITEMS>::scan_t scan_t;
+  const int G = 64 / heads, cap = G * topk, tid = threadIdx.x;
+  const int64_t g = group0 + blockIdx.x, t0 = g * G;
+  int32_t *out_slots = (int32_t *)(ws + lay.slots_off) + (int64_t)blockIdx.x * lay.cap;
+  uint8_t *out_masks = ws + lay.masks_off + (int64_t)blockIdx.x * lay.cap;
+  int32_t *out_counts = (int32_t *)(ws + lay.counts_off) + 2 * (int64_t)blockIdx.x;
+
+  /* ---- the entries, blocked: thread tid holds entries [tid * ITEMS, tid * ITEMS + ITEMS) ---- */
+  uint32_t key[ITEMS];
+  uint8_t tok[ITEMS];
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) {
+    const int e = tid * ITEMS + k, j = e / topk, i = e - j * topk;
+    const int64_t t = t0 + j;
+    key[k] = TG_INVALID;
+    tok[k] = (uint8_t)j;
+    if (e < cap && t < num_tokens) {
+      const int end = lens ? min(topk, max(__ldg(lens + t), 0)) : topk;
+      if (i < end) {
+        const int idx = __ldg(indices + t * indices_stride + i);
+        if (idx >= 0 && (int64_t)idx < num_slots) key[k] = (uint32_t)idx;
+      }
+    }
+  }
+  sort_t(sm.u.sort).Sort(key, tok); /* stable: a slot's entries stay in token order */
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) {
+    sm.u.sorted.key[tid * ITEMS + k] = key[k];
+    sm.u.sorted.tok[tid * ITEMS + k] = tok[k];
+  }
+  __syncthreads();
+
+  /* ---- each entry's occurrence within its (slot, token) pair, and its run (slot) ---- */
+  int pair_start[ITEMS], new_run[ITEMS], run_id[ITEMS];
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) {
+    const int e = tid * ITEMS + k;
+    const bool valid = key[k] != TG_INVALID;
+    const bool first_of_run = valid && (e == 0 || sm.u.sorted.key[e - 1] != key[k]);
+    const bool first_of_pair = valid && (first_of_run || sm.u.sorted.tok[e - 1] != tok[k]);
+    pair_start[k] = first_of_pair ? e : 0;
+    new_run[k] = first_of_run ? 1 : 0;
+  }
+  scan_t(sm.scan).InclusiveScan(pair_start, pair_start, tg_max_op());
+  __syncthreads();
+  int runs; /* every thread gets the aggregate */
+  scan_t(sm.scan).InclusiveSum(new_run, run_id, runs); /* run_id - 1: the entry's run */
+  __syncthreads();
+  for (int r = tid; r < runs; r += TG_THREADS) sm.run_rows[r] = 0;
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k)
+    if (key[k] != TG_INVALID) atomicMax(&sm.run_rows[run_id[k] - 1], tid * ITEMS + k - pair_start[k] + 1);
+  __syncthreads();
+
+  /* ---- each run's first union row: an exclusive sum over the runs ---- */
+  int rows[ITEMS];
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) rows[k] = tid * ITEMS + k < runs ? sm.run_rows[tid * ITEMS + k] : 0;
+  __syncthreads();
+  int n_rows;
+  scan_t(sm.scan).ExclusiveSum(rows, rows, n_rows);
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k)
+    if (tid * ITEMS + k < runs) sm.run_rows[tid * ITEMS + k] = rows[k];
+  /* the sorted keys are in registers now: their space holds the rows' masks */
+  uint32_t *mask = sm.u.sorted.key;
+  for (int r = tid; r < n_rows; r += TG_THREADS) mask[r] = 0;
+  __syncthreads();
+
+  /* ---- rows: slot (written once a row, by its run's first entry) and token mask ---- */
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) {
+    if (key[k] == TG_INVALID) continue;
+    const int e = tid * ITEMS + k, base = sm.run_rows[run_id[k] - 1];
+    atomicOr(&mask[base + e - pair_start[k]], 1u << tok[k]);
+    if (new_run[k]) {
+      const int run_end = run_id[k] < runs ? sm.run_rows[run_id[k]] : n_rows; /* the next run's first row */
+      for (int r = base; r < run_end; ++r) sm.slot[r] = (int)key[k];
+    }
+  }
+  __syncthreads();
+  for (int r = tid; r < n_rows; r += TG_THREADS) {
+    out_slots[r] = sm.slot[r];
+    out_masks[r] = (uint8_t)mask[r];
+  }
+  if (tid == 0) {
+    out_counts[0] = n_rows;
+    const int64_t q_rows = (num_tokens - t0) * heads;
+    out_counts[1] = (int)(q_rows < 64 ? q_rows : 64);
+  }
+}
+
+template <int ITEMS>
+static cudaError_t tg_union_launch_items(const dsa_sparse_mla_args *a, int64_t group0, int64_t groups,
+                                         const dsa_tg_layout *lay, uint8_t *ws, cudaStream_t stream) {
+  static dsa_smem_cache cache;
+  return dsa_launch_smem(tg_union_kernel<ITEMS>, &cache, dim3((unsigned)groups), TG_THREADS, sizeof(tg_smem<ITEMS>),
+                         stream, false, a->indices, a->indices_stride, a->lens, (int64_t)a->num_tokens,
+                         a->num_slots < DSA_ATTN_SLOTS_CAP ? a->num_slots : DSA_ATTN_SLOTS_CAP, a->topk, a->num_heads,
+                         group0, *lay, ws);
+}
+
+extern "C" int dsa_attention_tg_union_launch(const dsa_sparse_mla_args *a, int64_t group0, int64_t groups,
+                                             const dsa_tg_layout *lay, void *ws, cudaStream_t stream) {
+  const int cap = (64 / a->num_heads) * a->topk;
+  uint8_t *w = (uint8_t *)ws;
+  cudaError_t err;
+  if (cap <= TG_THREADS * 8) err = tg_union_launch_items<8>(a, group0, groups, lay, w, stream);
+  else if (cap <= TG_THREADS * 16) err = tg_union_launch_items<16>(a, group0, groups, lay, w, stream);
+  else err = tg_union_launch_items<32>(a, group0, groups, lay, w, stream);
+  return (int)err;
+}
