@@ -283,10 +283,21 @@ void dsa_choose_topk(dsa_topk_params *p) {
 #define HEADS_AS_M_TOKENS 20           /* bf16 KV at <= 16 heads */
 #define ROWS_AS_M_TOKENS 20            /* packed FP8 KV at <= 16 heads */
 
+/* token groups (heads_as_m over groups of 64 / H neighbouring tokens, each CTA over the union of their
+ * index lists sorted by slot) at 8 and 16 heads from 4096 tokens: GLM's chunk, 4096 tokens at the end
+ * of 128k with no rows shared between tokens, H100 2026-12-05, us, FP8 / bf16 KV: 16 heads 1,339 /
+ * 1,110 against the choice before (rows_as_m / heads_as_m) 2,630 / 1,973; 8 heads 1,157 / 987
+ * against 2,555 / 1,918; with 90 % of each token's rows shared with its neighbour 937 / 804 and 777 /
+ * 690 (docs/bench/attn-token-groups-h100-2026-12-05/). Smaller chunks and 32 heads keep the kernels
+ * below until measured (token groups are unsplit: fewer groups than SMs leave SMs idle). */
+#define TOKEN_GROUPS_MIN_TOKENS 4096
+
 int dsa_choose_attention(const dsa_sparse_mla_args *a) {
   const int forced = override_get()->attention;
   if (forced) return forced;
   const int bf16 = a->kv_format == DSA_KV_BF16;
+  const int h = a->num_heads;
+  if ((h == 8 || h == 16) && a->num_tokens >= TOKEN_GROUPS_MIN_TOKENS) return DSA_ATTN_TOKEN_GROUPS;
   /* heads_as_m: decode 128 x 128 heads FP8 221.6 us (mma_split 514), 256 x 64 233.6; prefill
    * 4096 x 128 heads 6.34 ms (mma_split 15.5) */
   const int64_t units = (int64_t)a->num_tokens * ((a->num_heads + 63) / 64);
