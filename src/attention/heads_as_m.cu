@@ -8,6 +8,12 @@
  * memory in rank order, hm_merge_splits; no workspace). Unsplit over bf16 KV the grid is persistent
  * instead (hm_attention_units_kernel): min(units, SMs) CTAs, each taking units (token, group) in turn
  * with one ring throughout, so the producer fills the next unit's tiles during the last one's epilogue.
+ * Token groups (TG = H of 8, 16, 32; dsa_attention_token_groups_launch): a CTA takes 64 / H neighbouring
+ * tokens as one token of 64 heads (their rows of q, out and lse are consecutive) over the union of
+ * their index lists that token_groups.cu built into the workspace, sorted by slot; the producers put
+ * each union row's token mask in valid_s and the softmax keeps a row of M's score only where its
+ * token's bit is set (hm_softmax); a group's last rows past the call's tokens are neither read nor
+ * written (q_rows).
  *   qk_tile  S[64 heads, 64 rows] = Q[64, 576] . K^T      wgmma m64n64k16; A = Q (no swizzle), B = the
  *                                                        tile (128-byte swizzle), both K-major
  *   pv_tile  O[64, 512] += P[64, 64] . V[64, 512]         four m64n256k16 k-steps per warpgroup on
