@@ -68,7 +68,7 @@ static struct {
   aoti_error (*alloc_from_pool)(aten_tensor self, int64_t offset_bytes, int32_t dtype, int64_t ndim,
                                 const int64_t *sizes, const int64_t *strides, aten_tensor *out);
   /* THPVariable_Wrap(at::TensorBase &&): the Python object of a tensor, taking it from the handle
-   * (libtorch_python); NULL, or not proved by wrap_setup: PyTorch's steal call, from Python */
+   * (libtorch_python); NULL, or not proved by wrap_proved: PyTorch's steal call, from Python */
   PyObject *(*wrap)(aten_tensor);
   int wrap_ok;
   aoti_error (*current_cuda_stream)(int32_t device_index, void **stream); /* NULL: a CPU-only PyTorch */
@@ -352,7 +352,7 @@ static int wrap_proved(void) {
   const int64_t n = 4, one = 1;
   aten_tensor h = NULL;
   if (!T.wrap || !g_tensor_type ||
-      T.empty_strided(1, &n, &one, T.dtype[FC_DT_F32], T.device_cpu, 0, &h) || !h)
+      T.empty_strided(1, &n, &one, T.dtype[FC_DT_F32], T.device_cpu, -1, &h) || !h)
     return 0;
   void *impl;
   memcpy(&impl, h, sizeof impl); /* at::Tensor's one word: its TensorImpl */
