@@ -262,10 +262,18 @@ def test_layers_and_logits_against_transformers(kv_format):
         dsa.hf.patch(model, kv_format=kv_format)
         got = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False).logits.float()
         dsa.hf.unpatch(model)
+    # 4. for scale: transformers' own bf16 forward against its float32 forward of the same weights
+    model32 = model_of(cfg, torch.float32, "cuda")
+    with torch.no_grad():
+        want32 = model32(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False).logits.float()
+    del model32
     agree = (got.argmax(-1) == want.argmax(-1)).float().mean().item()
+    agree_hf_bf16 = (want.argmax(-1) == want32.argmax(-1)).float().mean().item()
+    agree_dsa_f32 = (got.argmax(-1) == want32.argmax(-1)).float().mean().item()
     rel = ((got - want).norm() / want.norm()).item()
     print(f"[{kv_format}] top-k overlap {mean_overlap:.4f}; layer outputs (same selection) rel L2 "
-          f"{', '.join(f'{r:.2e}' for r in rels)}; logits top-1 agreement {agree:.4f}, rel L2 {rel:.2e}")
+          f"{', '.join(f'{r:.2e}' for r in rels)}; logits top-1 agreement {agree:.4f}, rel L2 {rel:.2e}; "
+          f"against transformers' float32: transformers bf16 {agree_hf_bf16:.4f}, dsa {agree_dsa_f32:.4f}")
     assert mean_overlap >= 0.99, mean_overlap
     for r in rels:  # bf16 KV: the bf16 rounding of q and P; FP8 KV: e4m3 latent values (2^-4 a value)
         assert r < (4e-2 if kv_format == "fp8" else 1e-2), rels
@@ -278,7 +286,10 @@ def test_layers_and_logits_against_transformers(kv_format):
     # dev/hf_logit_agreement.py (CPU, float64 math in place of the kernels, 4 seeds): exact caches
     # 1.0000; only the index keys in FP8 0.92-0.97; only the latent rows in FP8 0.93-0.96; both
     # 0.88-0.93 — the quantisation of dsa's caches, not the kernels, against next-token probabilities
-    # whose top two differ by 3e-4 (median).
+    # whose top two differ by 3e-4 (median). transformers' own bf16 forward agrees with its float32
+    # forward of the same weights on 0.93-0.97 of these positions (same script): the issue's 0.99 is
+    # below the bf16 reference's own rounding noise on this model; the test prints both agreements with
+    # the float32 forward (transformers' bf16 one and dsa's) beside the bar.
     assert agree >= 0.9, agree
 
 
