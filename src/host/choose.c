@@ -274,7 +274,8 @@ void dsa_choose_topk(dsa_topk_params *p) {
  *     and Q staged conflict-free took heads_as_m at 20 / 24 tokens from 27.8 / 30.5 to 23.6 / 27.1 on
  *     the H200, attn-q-staging-h200-2026-12-05; 16 tokens not re-measured)
  *   bf16 32 heads, tokens 8 / 12 / 16: 19.5 / 22.9   24.0 / 24.2   33.0 / 29.7
- *   the GLM chunk (4096 tokens at 128k), bf16, 8 / 16 heads: 2,937 / 2,053 and 3,001 / 2,119
+ *   (the GLM chunk numbers once here, 2,937 / 2,053 and 3,001 / 2,119, came from a broken bench pool:
+ *   void, docs/PERF.md "Token groups")
  * Before the splits took any cluster size (rows_as_m 2 ways at 32-33 tokens: 53.7 us) the FP8 rule
  * at <= 16 heads needed 34 tokens or four splits a token in one wave of clusters of 4. */
 #define WIDE_HEADS 17                  /* 17 to 32 heads: heads_as_m's tile at least a quarter full */
@@ -284,20 +285,19 @@ void dsa_choose_topk(dsa_topk_params *p) {
 #define ROWS_AS_M_TOKENS 20            /* packed FP8 KV at <= 16 heads */
 
 /* token groups (heads_as_m over groups of 64 / H neighbouring tokens, each CTA over the union of their
- * index lists sorted by slot) at 8 and 16 heads from 4096 tokens: GLM's chunk, 4096 tokens at the end
- * of 128k with no rows shared between tokens, H100 2026-12-05, us, FP8 / bf16 KV: 16 heads 1,339 /
- * 1,110 against the choice before (rows_as_m / heads_as_m) 2,630 / 1,973; 8 heads 1,157 / 987
- * against 2,555 / 1,918; with 90 % of each token's rows shared with its neighbour 937 / 804 and 777 /
- * 690 (docs/bench/attn-token-groups-h100-2026-12-05/). Smaller chunks and 32 heads keep the kernels
- * below until measured (token groups are unsplit: fewer groups than SMs leave SMs idle). */
-#define TOKEN_GROUPS_MIN_TOKENS 4096
+ * index lists sorted by slot) run only where forced (DSA_KERNEL=attention:token_groups). The GLM-chunk
+ * numbers that had made them the choice at 8 and 16 heads from 4096 tokens (2026-12-05) were measured
+ * with `dsa-bench attn --shape chunked`, whose pool then held one 16k row of the 128k context: the
+ * block table was read past its end and the chunk ran on whatever slots lay there (fixed 2026-12-06,
+ * not yet re-measured). The measurements that stand, decode batches of 128-2048 requests over their
+ * own 8k contexts (H100, 2026-12-06, docs/bench/attn-token-groups-crossover-h100-2026-12-06/): token
+ * groups 0.97-1.23x the time of the kernels below at 1024 and 2048 requests (8, 16, 32 heads, both KV
+ * formats), 1.04-7.8x at 128-512 (unsplit: a CTA a group). */
 
 int dsa_choose_attention(const dsa_sparse_mla_args *a) {
   const int forced = override_get()->attention;
   if (forced) return forced;
   const int bf16 = a->kv_format == DSA_KV_BF16;
-  const int h = a->num_heads;
-  if ((h == 8 || h == 16) && a->num_tokens >= TOKEN_GROUPS_MIN_TOKENS) return DSA_ATTN_TOKEN_GROUPS;
   /* heads_as_m: decode 128 x 128 heads FP8 221.6 us (mma_split 514), 256 x 64 233.6; prefill
    * 4096 x 128 heads 6.34 ms (mma_split 15.5) */
   const int64_t units = (int64_t)a->num_tokens * ((a->num_heads + 63) / 64);

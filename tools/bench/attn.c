@@ -98,6 +98,7 @@ static void make_attn_indices(bench *b, const attn_shape *sh, dsa_rng *r, int j)
     for (int e = 0; e < n; e++) {
       b->mark[pos[e]] = 0;
       const int64_t rq = req + pos[e] / row_len, pr = pos[e] % row_len; /* pool row, position in it */
+      if (rq >= b->n_req) die("attn: %s needs pool row %lld of %d", sh->name, (long long)rq, b->n_req);
       row[e] = b->h_block_table[rq * b->ppr + pr / PAGE] * PAGE + (int32_t)(pr % PAGE);
     }
     for (int e = n; e < k; e++) row[e] = -1;
@@ -186,6 +187,10 @@ int attn_main(bench *b, row_result **rows_out) {
     max_T = shapes[i].tokens > max_T ? shapes[i].tokens : max_T;
     max_H = shapes[i].heads > max_H ? shapes[i].heads : max_H;
     max_R = shapes[i].reqs > max_R ? shapes[i].reqs : max_R;
+    /* a prefill context spans ceil(ctx / a pool row's positions) rows: the chunk's 128k, 8 (without
+     * this, --shape chunked read the block table past its end and ran on whatever slots lay there) */
+    const int64_t ctx_rows = shapes[i].prefill ? ceil_div(attn_ctx(&shapes[i]), imax64(ATTN_DECODE_S, ATTN_PREFILL_S)) : 1;
+    max_R = ctx_rows > max_R ? (int)ctx_rows : max_R;
   }
   row_result *rows = *rows_out = xmalloc(sizeof(row_result) * (size_t)nshapes);
   printf("dsa-bench attn on %s (dsa %s)\n", b->dev_name, dsa_version());
