@@ -278,11 +278,9 @@ DSA_API dsa_status dsa_topk(const dsa_topk_args *args, void *workspace, size_t w
  *   out[t,h,:] = sum p_i v_i / sum p_i     (v = first 512 dims of k),  lse = m + ln(sum p_i)
  * A token with no valid entry gets out = 0 and lse = -inf.
  * Workspace: split partials for small batches only (fewer tokens x head groups than SMs): at most
- * 2 x 132 CTAs x 16..64 heads x 2 KiB, ~35 MiB; at 8 or 16 heads from 4096 tokens (prefill chunks:
- * token groups, below) the unions of neighbouring tokens' lists, (64 / H) x topk x
- * 5 B a group of 64 / H tokens, at most 64 MiB (4096 tokens x 16 heads, topk 2048: 40 MiB); 0 for
- * other large batches (DSA_KERNEL=attention:seesaw
- * with packed FP8 KV: the converted rows, below). The size query needs no device and holds for every
+ * 2 x 132 CTAs x 16..64 heads x 2 KiB, ~35 MiB; 0 for large batches (DSA_KERNEL=attention:seesaw
+ * with packed FP8 KV: the converted rows, below; DSA_KERNEL=attention:token_groups: the unions of
+ * neighbouring tokens' lists, (64 / H) x topk x 5 B a group of 64 / H tokens, at most 64 MiB). The size query needs no device and holds for every
  * sm_90 part.
  * Three kernels compute this (same contract, results within the tolerances, each deterministic):
  * mma_split (mma.sync, a token's list split over CTAs and combined), rows_as_m (wgmma, KV rows as M,
@@ -296,9 +294,9 @@ DSA_API dsa_status dsa_topk(const dsa_topk_args *args, void *workspace, size_t w
  * heads_as_m, never chosen by the library; with packed FP8 KV it first converts every one of the num_slots slots into
  * the workspace as heads_as_m's f16 rows — the same values — so the workspace query then asks
  * num_slots x 1152 B, rounded up to 256, + num_slots x 4 B: sensible only for a cache of about
- * the rows the call reads, e.g. one prefill context). Token groups (the library's choice at 8 or 16
- * heads from 4096 tokens; attention:token_groups forces them also at 32 heads, heads_as_m at other head
- * counts) run heads_as_m over groups of 64 / H consecutive tokens, a CTA over the union of their index
+ * the rows the call reads, e.g. one prefill context). Token groups (never chosen by the library until
+ * measured on the GLM chunk; attention:token_groups forces them at 8, 16 and 32 heads, heads_as_m at
+ * other head counts) run heads_as_m over groups of 64 / H consecutive tokens, a CTA over the union of their index
  * lists sorted by slot, so a row neighbouring tokens share is read and multiplied once.
  */
 typedef struct {
