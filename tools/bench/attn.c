@@ -189,7 +189,8 @@ int attn_main(bench *b, row_result **rows_out) {
     max_R = shapes[i].reqs > max_R ? shapes[i].reqs : max_R;
     /* a prefill context spans ceil(ctx / a pool row's positions) rows: the chunk's 128k, 8 (without
      * this, --shape chunked read the block table past its end and ran on whatever slots lay there) */
-    const int64_t ctx_rows = shapes[i].prefill ? ceil_div(attn_ctx(&shapes[i]), imax64(ATTN_DECODE_S, ATTN_PREFILL_S)) : 1;
+    const int64_t row_positions = imax64(ATTN_DECODE_S, ATTN_PREFILL_S); /* setup's max_S below */
+    const int64_t ctx_rows = shapes[i].prefill ? ceil_div(attn_ctx(&shapes[i]), row_positions) : 1;
     max_R = ctx_rows > max_R ? (int)ctx_rows : max_R;
   }
   row_result *rows = *rows_out = xmalloc(sizeof(row_result) * (size_t)nshapes);
