@@ -347,8 +347,8 @@ static void test_sm_count(void) {
  * on bf16 from 20; rows_as_m for packed FP8 at <= 16 heads from 20 tokens; else mma_split), DSA_KERNEL
  * overriding it (token_groups only then); rows_as_m and heads_as_m plans take no workspace (rows_as_m
  * even when it splits). The device is an H100 SXM's: 132 SMs, clusters of 4 and 8 keeping 120 CTAs
- * (c4 overrides the 4s: the choice does not depend on it). Kernels by their dsa_attention_kernel: 1 mma_split, 2 rows_as_m,
- * 3 heads_as_m, 5 token_groups. */
+ * (c4 overrides the 4s: the choice does not depend on it). Kernels by their dsa_attention_kernel:
+ * 1 mma_split, 2 rows_as_m, 3 heads_as_m, 5 token_groups. */
 static void test_mla_kernel_choice(void) {
   static const struct {
     int tokens, heads, fp8, sms, want, c4;
