@@ -196,3 +196,23 @@ if(Python3_FOUND)
 else()
   message(WARNING "dsa: no Python 3 interpreter: the Python package's tests are not registered")
 endif()
+
+# ---- dsa-bench's host side under ASan + UBSan, over the no-op runtime (device memory is host memory
+# there: dev/cudart_noop_bench.c), so a bench that reads its pools or block tables out of bounds stops
+# here instead of measuring other data (a --shape pool too small for the GLM chunk's context did,
+# 2026-12-05). Kernels do not run: the rows' times are meaningless, their inputs are what is checked.
+if(DSA_BUILD_BENCH AND DSA_HAVE_SANITIZERS AND TARGET dsa-dev-cudart-noop AND NOT DSA_STATIC_CUDART)
+  add_executable(dsa-bench-san ${DSA_BENCH_SOURCES})
+  target_compile_options(dsa-bench-san PRIVATE $<$<COMPILE_LANGUAGE:C>:${DSA_WARNINGS} ${DSA_SAN_FLAGS}>)
+  target_link_options(dsa-bench-san PRIVATE ${DSA_SAN_FLAGS})
+  target_link_libraries(dsa-bench-san PRIVATE dsa_support dsa_static)
+  target_include_directories(dsa-bench-san PRIVATE src)
+  foreach(run "attn --shape chunked" "attn --batches 3,64 --heads 16" "attn --shape prefill" "glm --sizes 8192,20000 --mtp 2"
+              "serve --batches 2 --sizes 8192")
+    string(REPLACE " " ";" _args "${run} --iters 2 --warmup 1")
+    string(REGEX REPLACE "[^a-z0-9]+" "_" _name "${run}")
+    add_test(NAME dsa.bench_host_${_name}
+             COMMAND ${CMAKE_COMMAND} -E env LD_LIBRARY_PATH=$<TARGET_FILE_DIR:dsa-dev-cudart-noop>
+                     ASAN_OPTIONS=detect_leaks=0 $<TARGET_FILE:dsa-bench-san> ${_args})
+  endforeach()
+endif()

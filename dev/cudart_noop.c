@@ -5,7 +5,8 @@
  * each makes (launches, memsets, occupancy queries), on a machine with no GPU. It answers as one
  * device of 132 SMs, compute capability 9.0; every call succeeds except the driver entry point
  * lookup (so no TMA tensor map is made: those paths fall back as on a driver without the encoder).
- * Only the functions libdsa imports (nm -D --undefined-only libdsa.so) are here.
+ * Only the functions libdsa imports (nm -D --undefined-only libdsa.so) are here; dsa-bench's others
+ * are in cudart_noop_bench.c (the same library).
  */
 #include <stddef.h>
 
