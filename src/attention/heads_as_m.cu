@@ -1046,10 +1046,11 @@ __device__ __forceinline__ mbar_ring hm_ring_of(uint32_t s_u32) {
 }
 
 /* A unit's share of the chunks: token t, heads head0 .., entries [c0 * 64, c0 * 64 + end) of its index
- * row (idx_row points at the first), n chunks; after the grid dependency (lens). */
+ * row (idx_row points at the first), n chunks; after the grid dependency (lens). q_rows: the unit's
+ * rows of q, out and lse past head0 that exist (64; token groups: the group's). */
 typedef struct {
   int64_t t;
-  int head0, end, n;
+  int head0, end, n, q_rows;
   const int32_t *idx_row;
 } hm_unit;
 
@@ -1065,6 +1066,7 @@ __device__ __forceinline__ hm_unit hm_unit_of(const hm_params &p, int64_t unit, 
   u.n = max(0, min(per, n_all - c0));
   u.end = min(end - c0 * HM_ROWS, u.n * HM_ROWS);
   u.idx_row = p.io.indices + u.t * p.io.indices_stride + (int64_t)c0 * HM_ROWS;
+  u.q_rows = HM_HEADS;
   return u;
 }
 
@@ -1076,6 +1078,7 @@ __device__ __forceinline__ hm_unit hm_unit_tg(const hm_params &p) {
   u.t = p.token_offset + blockIdx.x;
   u.head0 = 0;
   u.end = __ldg(p.io.lens + 2 * (int64_t)blockIdx.x);
+  u.q_rows = __ldg(p.io.lens + 2 * (int64_t)blockIdx.x + 1);
   u.n = (u.end + HM_ROWS - 1) / HM_ROWS;
   u.idx_row = p.io.indices + (int64_t)blockIdx.x * p.io.indices_stride;
   return u;
@@ -1101,7 +1104,7 @@ __device__ __forceinline__ hm_ctx hm_ctx_of(uint32_t s_u32, uint8_t *smem, const
   x.c0 = c0;
   x.last = last;
   x.t = u.t;
-  x.q_rows = HM_HEADS;
+  x.q_rows = u.q_rows;
   return x;
 }
 
@@ -1122,8 +1125,7 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_pa
   __syncthreads();
   ptx_griddep_wait();
   const hm_unit u = TG ? hm_unit_tg(p) : hm_unit_of(p, blockIdx.x / p.splits, split);
-  /* token groups: the group's rows of q and its union rows' masks */
-  const int q_rows = TG ? __ldg(p.io.lens + 2 * (int64_t)blockIdx.x + 1) : HM_HEADS;
+  /* token groups: the group's union rows' masks */
   const uint8_t *mask_row = TG ? p.tg_masks + (int64_t)blockIdx.x * p.io.indices_stride : nullptr;
 
   if (warp >= 8) {
@@ -1143,11 +1145,10 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_pa
   }
 
   const int cw = warp >> 2;
-  hm_load_q<FP8, TG>(p, smem, qexp_s, u.t, u.head0, warp, lane, q_rows);
+  hm_load_q<FP8, TG>(p, smem, qexp_s, u.t, u.head0, warp, lane, u.q_rows);
   ptx_fence_proxy_async_smem();
   ptx_bar_sync(HM_BAR_Q_LOADED, 256);
-  hm_ctx x = hm_ctx_of(s_u32, smem, u, p.splits, 0, true);
-  x.q_rows = q_rows;
+  const hm_ctx x = hm_ctx_of(s_u32, smem, u, p.splits, 0, true);
   if (SEESAW) {
     ptx_setmaxnreg_inc<HM_REG_SEESAW>(); /* both: an O half, S and the softmax */
     hm_consume_seesaw<FP8>(p, x, cw, warp & 3, lane);
@@ -1268,7 +1269,7 @@ static cudaError_t hm_tg_launch(const hm_params &prm, int64_t groups, cudaStream
 extern "C" int dsa_attention_token_groups_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl,
                                                  void *workspace, cudaStream_t stream) {
   if (a->num_tokens <= 0) return 0;
-  const int G = pl->token_group;
+  const int G = pl->token_group, H = a->num_heads; /* H: the template's heads a token (8, 16, 32) */
   const int64_t all = ((int64_t)a->num_tokens + G - 1) / G;
   const dsa_tg_layout lay = dsa_tg_layout_of(a, pl->tg_groups);
   uint8_t *ws = (uint8_t *)workspace;
@@ -1289,8 +1290,8 @@ extern "C" int dsa_attention_token_groups_launch(const dsa_sparse_mla_args *a, c
     prm.token_offset = g0;
     prm.num_units = n;
     cudaError_t e;
-    if (G == 8) e = fp8 ? hm_tg_launch<true, 8>(prm, n, stream) : hm_tg_launch<false, 8>(prm, n, stream);
-    else if (G == 4) e = fp8 ? hm_tg_launch<true, 16>(prm, n, stream) : hm_tg_launch<false, 16>(prm, n, stream);
+    if (H == 8) e = fp8 ? hm_tg_launch<true, 8>(prm, n, stream) : hm_tg_launch<false, 8>(prm, n, stream);
+    else if (H == 16) e = fp8 ? hm_tg_launch<true, 16>(prm, n, stream) : hm_tg_launch<false, 16>(prm, n, stream);
     else e = fp8 ? hm_tg_launch<true, 32>(prm, n, stream) : hm_tg_launch<false, 32>(prm, n, stream);
     if (e != cudaSuccess) return (int)e;
   }

@@ -396,10 +396,11 @@ size_t dsa_plan_attention_workspace(const dsa_sparse_mla_args *a, const dsa_atte
  * converted rows instead. */
 size_t dsa_plan_attention_workspace_bound(const dsa_sparse_mla_args *a) {
   if (a->num_tokens <= 0) return 0;
+  const int kernel = dsa_choose_attention(a);
   /* the seesaw over packed FP8 KV converts the cache's rows */
-  if (a->kv_format == DSA_KV_FP8_PACKED && dsa_choose_attention(a) == DSA_ATTN_SEESAW) return mla_converted_bytes(a);
+  if (a->kv_format == DSA_KV_FP8_PACKED && kernel == DSA_ATTN_SEESAW) return mla_converted_bytes(a);
   /* token groups: their unions (their plan takes nothing from the device) */
-  if (dsa_choose_attention(a) == DSA_ATTN_TOKEN_GROUPS && mla_token_group(a))
+  if (kernel == DSA_ATTN_TOKEN_GROUPS && mla_token_group(a))
     return dsa_tg_layout_of(a, mla_tg_groups(a)).total;
   const dsa_attention_plan pl = mla_plan_mma_split(a, DSA_PLAN_MAX_SMS, mla_mma_split_max_mt(a)); /* the others need none */
   const int64_t units = (int64_t)a->num_tokens * pl.groups;
