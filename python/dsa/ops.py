@@ -34,7 +34,8 @@ lse_combine): ``NAME_out(NAME's required arguments, its outputs!, NAME's optiona
 workspace! = None) -> ()``, e.g. ``sparse_mla_out(q, kv_cache, indices, softmax_scale, out!, lse!,
 lens, topk, workspace!)``: nothing allocated (the workspace from the caching allocator only where
 None) and nothing returned, so an engine's planned buffers stay its own in eager calls and in
-compiled graphs (where each becomes an auto_functionalized node). The workspace-size queries are host functions on shapes and stay in ``dsa``.
+compiled graphs (where each becomes an auto_functionalized node). The workspace-size queries are
+host functions on shapes and stay in ``dsa``.
 Registered with torch.library.Library (define + impl, fakes by register_fake), not custom_op, for a
 lower host cost a call. Needs PyTorch >= 2.4; ``import dsa`` alone does not import PyTorch.
 

@@ -272,7 +272,8 @@ __device__ __forceinline__ void hm_store_out(const hm_params &p, const hm_ctx &x
     __nv_bfloat16 *dst = p.io.out + (x.t * p.num_heads + h) * MLA_V_DIM + dbase + 2 * qd;
 #pragma unroll
     for (int j = 0; j < 32; ++j)
-      *(uint32_t *)(dst + 8 * j) = none ? 0u : ptx_f32x2_to_bf16x2(o[4 * j + 2 * hf] * inv, o[4 * j + 2 * hf + 1] * inv);
+      *(uint32_t *)(dst + 8 * j) =
+          none ? 0u : ptx_f32x2_to_bf16x2(o[4 * j + 2 * hf] * inv, o[4 * j + 2 * hf + 1] * inv);
   }
 }
 
@@ -332,7 +333,8 @@ __device__ __forceinline__ void hm_softmax(float (&s)[32], const hm_params &p, c
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int col = 8 * j + 2 * qd + (e & 1);
-      const bool ok = TG ? ((valid[col] >> (((e & 2) ? h0 + 8 : h0) / (TG > 0 ? TG : 1))) & 1) != 0 : valid[col] >= 0;
+      const bool ok =
+          TG ? ((valid[col] >> (((e & 2) ? h0 + 8 : h0) / (TG > 0 ? TG : 1))) & 1) != 0 : valid[col] >= 0;
       const float f = FP8 ? ((e & 2) ? qs1 : qs0) : p.scale_log2;
       s[4 * j + e] = ok ? s[4 * j + e] * f : -INFINITY;
       if (e < 2) mx0 = fmaxf(mx0, s[4 * j + e]);
