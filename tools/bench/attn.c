@@ -168,9 +168,19 @@ int attn_main(bench *b, row_result **rows_out) {
   int nrows = 0;
   const attn_shape *shapes = ATTN_SHAPES;
   int nshapes = ATTN_NSHAPES;
-  static attn_shape custom[MAX_BATCHES];
-  static char custom_names[MAX_BATCHES][48];
-  if (o->batches_given) {
+  static attn_shape custom[2 * MAX_BATCHES];
+  static char custom_names[2 * MAX_BATCHES][48];
+  if (o->nchunk_tokens > 0) { /* chunk rows: each token count with distinct and with shared selections */
+    for (int i = 0; i < 2 * o->nchunk_tokens; i++) {
+      const int shared = i & 1;
+      snprintf(custom_names[i], sizeof custom_names[i], "chunked %d x %dh%s", o->chunk_tokens[i / 2], o->heads,
+               shared ? ", 90% shared" : "");
+      custom[i] = (attn_shape){custom_names[i], 1, 1, o->chunk_tokens[i / 2], o->heads, ATTN_CHUNK_CTX_MAX,
+                               shared ? 0.9 : 0.0};
+    }
+    shapes = custom;
+    nshapes = 2 * o->nchunk_tokens;
+  } else if (o->batches_given) {
     for (int i = 0; i < o->nbatches; i++) {
       snprintf(custom_names[i], sizeof custom_names[i], "decode %d x %dh", o->batches[i], o->heads);
       custom[i].name = custom_names[i];

@@ -83,6 +83,8 @@ typedef struct {
   const char *json;
   const char *shape; /* attn: only the shapes whose name contains this */
   int batches_given; /* --batches on the command line (attn: decode rows of those batches instead) */
+  int chunk_tokens[MAX_BATCHES]; /* attn --chunk-tokens: chunk rows of these token counts instead */
+  int nchunk_tokens;
 } options;
 
 /* ---- The benchmark state: one pool of inputs sized for the largest row ---- */

@@ -84,6 +84,9 @@ static void usage(FILE *f) {
 "  --batches LIST         serve: decode batch sizes (default 64,128,256); attn: instead of the\n"
 "                         fixed table, decode rows of these batches x --heads heads (each request\n"
 "                         its own 8k context), e.g. to find where two attention kernels cross\n"
+"  --chunk-tokens LIST    attn: instead of the fixed table, GLM chunk rows of these token counts x\n"
+"                         --heads heads at the end of a 128k context, each with distinct random\n"
+"                         selections and with 90%% of each token's kept from the previous token's\n"
 "  --only decode|prefill  glm: one table only\n"
 "  --shape TEXT           attn: only the shapes whose name contains TEXT (e.g. \"128 x 128h\")\n"
 "  --iters N              timed replays per stage, median reported (default 100; DESIGN asks >= 50)\n"
@@ -260,6 +263,9 @@ static void parse_args(int argc, char **argv, options *o) {
       NEED_VALUE();
       o->nbatches = parse_int_list(v, a, o->batches, MAX_BATCHES, 1, 4096);
       o->batches_given = 1;
+    } else if (!strcmp(a, "--chunk-tokens")) {
+      NEED_VALUE();
+      o->nchunk_tokens = parse_int_list(v, a, o->chunk_tokens, MAX_BATCHES, 1, 65536);
     } else if (!strcmp(a, "--shape")) {
       NEED_VALUE();
       o->shape = v;
