@@ -243,6 +243,14 @@ static const mla_case k_mla_cases[] = {
      .fmt = DSA_KV_FP8_PACKED, .q_amp = 1.0, .num_slots = 40000, .check_determinism = 1, .share = 0.9, .seed = 436},
     {.name = "sparse MLA H8 bf16 kv_stride 576, T16 topk512, lens", .H = 8, .T = 16, .topk = 512, .fmt = DSA_KV_BF16,
      .kv_stride = 576, .lens_given = 1, .q_amp = 1.0, .num_slots = 3000, .share = 0.3, .seed = 437},
+    /* token groups as the library chooses them (from 512 tokens at 16 heads, 1024 at 8; the workspace
+     * its size query reports): last groups of two and six tokens, lens, a token without entries,
+     * determinism */
+    {.name = "sparse MLA H16 fp8 (stored) T4098 topk40, lens, 90% shared", .H = 16, .T = 4098, .topk = 40,
+     .fmt = DSA_KV_FP8_PACKED, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0, .num_slots = 60000,
+     .check_determinism = 1, .share = 0.9, .seed = 438},
+    {.name = "sparse MLA H8 bf16 kv_stride 640, T1030 topk24, 50% shared", .H = 8, .T = 1030, .topk = 24,
+     .fmt = DSA_KV_BF16, .kv_stride = 640, .q_amp = 1.0, .num_slots = 60000, .share = 0.5, .seed = 439},
 };
 
 int main(void) {

@@ -342,11 +342,11 @@ static void test_sm_count(void) {
   g_dsa_stub.num_sms = 132;
 }
 
-/* Which attention kernel a call runs: the per-shape choice (heads_as_m for > 32 heads once tokens x
- * ceil(heads / 64) >= 6 on packed FP8 KV, 8 on bf16; at 17 to 32 heads from 16 tokens; at <= 16 heads
- * on bf16 from 20; rows_as_m for packed FP8 at <= 16 heads from 20 tokens; else mma_split), DSA_KERNEL
- * overriding it (token_groups only then); rows_as_m and heads_as_m plans take no workspace (rows_as_m
- * even when it splits). The device is an H100 SXM's: 132 SMs, clusters of 4 and 8 keeping 120 CTAs
+/* Which attention kernel a call runs: the per-shape choice (token_groups from tokens x heads = 8192 at 8
+ * and 16 heads; heads_as_m for > 32 heads once tokens x ceil(heads / 64) >= 6 on packed FP8 KV, 8 on bf16; at
+ * 17 to 32 heads from 16 tokens; at <= 16 heads on bf16 from 20; rows_as_m for packed FP8 at <= 16
+ * heads from 20 tokens; else mma_split), DSA_KERNEL overriding it; rows_as_m and heads_as_m plans take
+ * no workspace (rows_as_m even when it splits). The device is an H100 SXM's: 132 SMs, clusters of 4 and 8 keeping 120 CTAs
  * (c4 overrides the 4s: the choice does not depend on it). Kernels by their dsa_attention_kernel:
  * 1 mma_split, 2 rows_as_m, 3 heads_as_m, 5 token_groups. */
 static void test_mla_kernel_choice(void) {
@@ -360,17 +360,20 @@ static void test_mla_kernel_choice(void) {
       {30, 128, 1, 132, 3}, {256, 64, 1, 132, 3}, {4096, 128, 0, 132, 3}, {264, 32, 1, 132, 3},
       {265, 32, 1, 132, 3}, {1000, 32, 0, 132, 3}, {64, 16, 0, 132, 3}, {64, 16, 1, 16, 2},
       {8, 64, 1, 16, 3},    {1, 128, 0, 132, 1},  {7, 64, 0, 132, 1},   {8, 64, 0, 132, 3},
-      {3, 128, 0, 132, 1},  {4, 128, 0, 132, 3},  {4096, 16, 1, 132, 2}, {4096, 8, 1, 132, 2},
-      {4096, 16, 0, 132, 3}, {19, 16, 0, 132, 1}, {20, 16, 0, 132, 3},  {19, 8, 0, 132, 1},
-      {4096, 8, 0, 132, 3}, {15, 32, 0, 132, 1},  {16, 32, 0, 132, 3},  {16, 17, 0, 132, 3},
+      {3, 128, 0, 132, 1},  {4, 128, 0, 132, 3},  {4096, 16, 1, 132, 5}, {4096, 8, 1, 132, 5},
+      {4096, 16, 0, 132, 5}, {19, 16, 0, 132, 1}, {20, 16, 0, 132, 3},  {19, 8, 0, 132, 1},
+      {4096, 8, 0, 132, 5}, {15, 32, 0, 132, 1},  {16, 32, 0, 132, 3},  {16, 17, 0, 132, 3},
       {16, 16, 0, 132, 1},  {1, 32, 0, 132, 1},   {24, 16, 1, 132, 2},  {30, 16, 1, 132, 2},
       {33, 16, 1, 132, 2},  {34, 16, 1, 132, 2},  {39, 16, 1, 132, 2},  {30, 8, 1, 132, 2},
       {32, 8, 1, 132, 2},   {19, 8, 1, 132, 1},   {15, 32, 1, 132, 1},  {16, 32, 1, 132, 3},
       {19, 32, 1, 132, 3},  {16, 17, 1, 132, 3},  {512, 32, 1, 132, 3}, {40, 1, 1, 132, 2},
       {24, 1, 1, 132, 2},   {32, 16, 1, 132, 2, 128}, {24, 16, 1, 132, 2, 66}, {20, 16, 1, 132, 2, 30},
-      /* token groups only where forced (src/host/choose.c says why) */
-      {4095, 16, 1, 132, 2}, {4095, 8, 0, 132, 3}, {5000, 16, 0, 132, 3}, {8192, 8, 1, 132, 2},
-      {4096, 32, 1, 132, 3}, {4096, 12, 1, 132, 2}, {4096, 64, 1, 132, 3}, {4096, 4, 0, 132, 3},
+      /* token groups at 16 heads from 512 tokens, at 8 from 1024 (src/host/choose.c says why) */
+      {511, 16, 1, 132, 2}, {512, 16, 1, 132, 5}, {511, 16, 0, 132, 3}, {512, 16, 0, 132, 5},
+      {1023, 8, 1, 132, 2}, {1024, 8, 1, 132, 5}, {1023, 8, 0, 132, 3}, {1024, 8, 0, 132, 5},
+      {4095, 16, 1, 132, 5}, {2048, 16, 1, 132, 5}, {5000, 16, 0, 132, 5}, {1000, 32, 1, 132, 3},
+      {8192, 8, 1, 132, 5}, {65536, 16, 1, 132, 5}, {4096, 32, 1, 132, 3}, {4096, 32, 0, 132, 3},
+      {4096, 12, 1, 132, 2}, {4096, 64, 1, 132, 3}, {4096, 4, 0, 132, 3}, {2048, 1, 1, 132, 2},
   };
   dsa_choose_override(NULL);
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -393,6 +396,38 @@ static void test_mla_kernel_choice(void) {
           st, got);
   }
   memset(g_dsa_stub.cluster_ctas, 0, sizeof g_dsa_stub.cluster_ctas);
+  /* token groups chosen by the table need their unions in the workspace: given less than the query
+   * reports, the call runs the kernel the table picks without them (which needs none) and succeeds;
+   * forced by DSA_KERNEL, too small a workspace is an error */
+  static const struct {
+    int tokens, heads, fp8, fallback;
+  } fb[] = {{4096, 16, 1, DSA_ATTN_ROWS_AS_M}, {512, 16, 0, DSA_ATTN_HEADS_AS_M}, {1024, 8, 1, DSA_ATTN_ROWS_AS_M}};
+  for (size_t i = 0; i < sizeof fb / sizeof fb[0]; i++) {
+    const dsa_sparse_mla_args b = mla_args(fb[i].tokens, fb[i].heads, fb[i].fp8 ? DSA_KV_FP8_PACKED : DSA_KV_BF16);
+    for (int forced = 0; forced <= 1; forced++) {
+      dsa_choose_override(forced ? "attention:token_groups" : NULL);
+      size_t bound = 0;
+      dsa_sparse_mla_workspace_size(&b, &bound);
+      const size_t given[3] = {0, bound - 1, bound};
+      for (int k = 0; k < 3; k++) {
+        g_dsa_stub.num_sms = 132;
+        dsa_stub_begin_call(FAKE(0x100000000000ull), given[k]);
+        const dsa_status st = dsa_sparse_mla(&b, given[k] ? FAKE(0x100000000000ull) : NULL, given[k], 0);
+        const int want_tg = k == 2;
+        char name[200];
+        snprintf(name, sizeof name, "%d tokens x %d heads, %s KV, token groups %s, %s workspace (%zu of %zu bytes): %s",
+                 fb[i].tokens, fb[i].heads, fb[i].fp8 ? "FP8" : "bf16", forced ? "forced" : "chosen",
+                 k == 0 ? "no" : k == 1 ? "too small a" : "the queried", given[k], bound,
+                 want_tg ? "token groups" : forced ? "DSA_ERR_WORKSPACE_TOO_SMALL" : "the fallback");
+        const int ok = want_tg ? st == DSA_OK && g_dsa_stub.mla_kernel == DSA_ATTN_TOKEN_GROUPS
+                       : forced ? st == DSA_ERR_WORKSPACE_TOO_SMALL
+                                : st == DSA_OK && g_dsa_stub.mla_kernel == fb[i].fallback && g_dsa_stub.mla_need == 0;
+        check(ok && g_dsa_stub.violations == 0 && bound > 0, name, "status %lld, kernel %lld", st,
+              g_dsa_stub.mla_kernel);
+      }
+    }
+  }
+  dsa_choose_override(NULL);
   /* overrides, and no workspace for a split rows_as_m or heads_as_m plan (1 token x 16 heads:
    * clusters of 8) */
   const dsa_sparse_mla_args a = mla_args(1, 16, DSA_KV_FP8_PACKED);

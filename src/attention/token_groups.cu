@@ -29,11 +29,11 @@
 #include "kernels.h"
 
 #define TG_THREADS 512
-#define TG_INVALID 0xFFFFFFFFu /* the sort key of an invalid entry: after every slot (< 2^31) */
+#define TG_RADIX_BITS 5 /* a pass's digit: 5 bits keep the sort's storage within the sorted keys' (16 heads) */
 
 template <int ITEMS>
 struct tg_smem {
-  typedef cub::BlockRadixSort<uint32_t, TG_THREADS, ITEMS, uint8_t> sort_t;
+  typedef cub::BlockRadixSort<uint32_t, TG_THREADS, ITEMS, uint8_t, TG_RADIX_BITS> sort_t;
   typedef cub::BlockScan<int, TG_THREADS> scan_t;
   union {
     typename sort_t::TempStorage sort;
@@ -54,12 +54,16 @@ struct tg_max_op {
 template <int ITEMS>
 __global__ void __launch_bounds__(TG_THREADS, 1)
     tg_union_kernel(const int32_t *indices, int64_t indices_stride, const int32_t *lens, int64_t num_tokens,
-                    int64_t num_slots, int topk, int heads, int64_t group0, dsa_tg_layout lay, uint8_t *ws) {
+                    int64_t num_slots, int key_bits, int topk, int heads, int64_t group0, dsa_tg_layout lay,
+                    uint8_t *ws) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
   tg_smem<ITEMS> &sm = *reinterpret_cast<tg_smem<ITEMS> *>(smem_raw);
   typedef typename tg_smem<ITEMS>::sort_t sort_t;
   typedef typename tg_smem<ITEMS>::scan_t scan_t;
   const int G = 64 / heads, cap = G * topk, tid = threadIdx.x;
+  /* the sort key of an invalid entry: after every slot (num_slots <= 2^key_bits - 1); the sort looks
+   * at key_bits bits only */
+  const uint32_t invalid = key_bits >= 32 ? 0xFFFFFFFFu : (1u << key_bits) - 1u;
   const int64_t g = group0 + blockIdx.x, t0 = g * G;
   int32_t *out_slots = (int32_t *)(ws + lay.slots_off) + (int64_t)blockIdx.x * lay.cap;
   uint8_t *out_masks = ws + lay.masks_off + (int64_t)blockIdx.x * lay.cap;
@@ -72,7 +76,7 @@ __global__ void __launch_bounds__(TG_THREADS, 1)
   for (int k = 0; k < ITEMS; ++k) {
     const int e = tid * ITEMS + k, j = e / topk, i = e - j * topk;
     const int64_t t = t0 + j;
-    key[k] = TG_INVALID;
+    key[k] = invalid;
     tok[k] = (uint8_t)j;
     if (e < cap && t < num_tokens) {
       const int end = lens ? min(topk, max(__ldg(lens + t), 0)) : topk;
@@ -82,7 +86,7 @@ __global__ void __launch_bounds__(TG_THREADS, 1)
       }
     }
   }
-  sort_t(sm.u.sort).Sort(key, tok); /* stable: a slot's entries stay in token order */
+  sort_t(sm.u.sort).Sort(key, tok, 0, key_bits); /* stable: a slot's entries stay in token order */
   __syncthreads();
 #pragma unroll
   for (int k = 0; k < ITEMS; ++k) {
@@ -96,7 +100,7 @@ __global__ void __launch_bounds__(TG_THREADS, 1)
 #pragma unroll
   for (int k = 0; k < ITEMS; ++k) {
     const int e = tid * ITEMS + k;
-    const bool valid = key[k] != TG_INVALID;
+    const bool valid = key[k] != invalid;
     const bool first_of_run = valid && (e == 0 || sm.u.sorted.key[e - 1] != key[k]);
     const bool first_of_pair = valid && (first_of_run || sm.u.sorted.tok[e - 1] != tok[k]);
     pair_start[k] = first_of_pair ? e : 0;
@@ -111,7 +115,7 @@ __global__ void __launch_bounds__(TG_THREADS, 1)
   __syncthreads();
 #pragma unroll
   for (int k = 0; k < ITEMS; ++k)
-    if (key[k] != TG_INVALID) atomicMax(&sm.run_rows[run_id[k] - 1], tid * ITEMS + k - pair_start[k] + 1);
+    if (key[k] != invalid) atomicMax(&sm.run_rows[run_id[k] - 1], tid * ITEMS + k - pair_start[k] + 1);
   __syncthreads();
 
   /* ---- each run's first union row: an exclusive sum over the runs ---- */
@@ -133,7 +137,7 @@ __global__ void __launch_bounds__(TG_THREADS, 1)
   /* ---- rows: slot (written once a row, by its run's first entry) and token mask ---- */
 #pragma unroll
   for (int k = 0; k < ITEMS; ++k) {
-    if (key[k] == TG_INVALID) continue;
+    if (key[k] == invalid) continue;
     const int e = tid * ITEMS + k, base = sm.run_rows[run_id[k] - 1];
     atomicOr(&mask[base + e - pair_start[k]], 1u << tok[k]);
     if (new_run[k]) {
@@ -157,10 +161,12 @@ template <int ITEMS>
 static cudaError_t tg_union_launch_items(const dsa_sparse_mla_args *a, int64_t group0, int64_t groups,
                                          const dsa_tg_layout *lay, uint8_t *ws, cudaStream_t stream) {
   static dsa_smem_cache cache;
+  const int64_t slots = a->num_slots < DSA_ATTN_SLOTS_CAP ? a->num_slots : DSA_ATTN_SLOTS_CAP;
+  int key_bits = 1; /* the fewest bits that hold every slot below the invalid key 2^bits - 1 */
+  while (key_bits < 32 && ((int64_t)1 << key_bits) - 1 < slots) ++key_bits;
   return dsa_launch_smem(tg_union_kernel<ITEMS>, &cache, dim3((unsigned)groups), TG_THREADS, sizeof(tg_smem<ITEMS>),
-                         stream, false, a->indices, a->indices_stride, a->lens, (int64_t)a->num_tokens,
-                         a->num_slots < DSA_ATTN_SLOTS_CAP ? a->num_slots : DSA_ATTN_SLOTS_CAP, a->topk, a->num_heads,
-                         group0, *lay, ws);
+                         stream, false, a->indices, a->indices_stride, a->lens, (int64_t)a->num_tokens, slots, key_bits,
+                         a->topk, a->num_heads, group0, *lay, ws);
 }
 
 extern "C" int dsa_attention_tg_union_launch(const dsa_sparse_mla_args *a, int64_t group0, int64_t groups,

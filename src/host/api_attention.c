@@ -56,7 +56,7 @@ dsa_status dsa_sparse_mla_workspace_size(const dsa_sparse_mla_args *a, size_t *b
   const char *fn = "dsa_sparse_mla_workspace_size";
   if (!bytes) return dsa_fail(DSA_ERR_NULL_POINTER, "%s: bytes is NULL", fn);
   CHECK(check_mla(fn, a, 0));
-  *bytes = dsa_plan_attention_workspace_bound(a);
+  *bytes = dsa_plan_attention_workspace_bound(a, dsa_choose_attention(a, 1));
   return DSA_OK;
 }
 
@@ -64,11 +64,19 @@ dsa_status dsa_sparse_mla(const dsa_sparse_mla_args *a, void *ws, size_t ws_byte
   const char *fn = "dsa_sparse_mla";
   CHECK(check_mla(fn, a, 1));
   if (a->num_tokens == 0) return DSA_OK;
-  /* Checked against the size the query reports (every device's plan fits it). */
-  CHECK(check_workspace(fn, ws, ws_bytes, dsa_plan_attention_workspace_bound(a)));
+  /* Checked against the size the query reports (every device's plan fits it); token groups, where
+   * the table picks them and the workspace cannot hold their unions, give way to the kernel it picks
+   * without them (which needs none at their sizes). */
+  int kernel = dsa_choose_attention(a, 1);
+  size_t need = dsa_plan_attention_workspace_bound(a, kernel);
+  if (ws_bytes < need && kernel == DSA_ATTN_TOKEN_GROUPS) {
+    kernel = dsa_choose_attention(a, 0); /* the same when DSA_KERNEL forces them */
+    need = dsa_plan_attention_workspace_bound(a, kernel);
+  }
+  CHECK(check_workspace(fn, ws, ws_bytes, need));
   CHECK(dsa_choose_ready(fn));
   dsa_device_info dev;
   CHECK(dsa_need_device_info(fn, &dev));
-  const dsa_attention_plan plan = dsa_plan_attention(a, &dev, dsa_choose_attention(a));
+  const dsa_attention_plan plan = dsa_plan_attention(a, &dev, kernel);
   return dsa_cuda_status(fn, dsa_attention_launch(a, &plan, ws, stream));
 }

@@ -285,18 +285,32 @@ void dsa_choose_topk(dsa_topk_params *p) {
 #define ROWS_AS_M_TOKENS 20            /* packed FP8 KV at <= 16 heads */
 
 /* token groups (heads_as_m over groups of 64 / H neighbouring tokens, each CTA over the union of their
- * index lists sorted by slot) run only where forced (DSA_KERNEL=attention:token_groups). The GLM-chunk
- * numbers that had made them the choice at 8 and 16 heads from 4096 tokens (2026-12-05) were measured
- * with `dsa-bench attn --shape chunked`, whose pool then held one 16k row of the 128k context: the
- * block table was read past its end and the chunk ran on whatever slots lay there (fixed 2026-12-06,
- * not yet re-measured). The measurements that stand, decode batches of 128-2048 requests over their
- * own 8k contexts (H100, 2026-12-06, docs/bench/attn-token-groups-crossover-h100-2026-12-06/): token
- * groups 0.97-1.23x the time of the kernels below at 1024 and 2048 requests (8, 16, 32 heads, both KV
- * formats), 1.04-7.8x at 128-512 (unsplit: a CTA a group). */
+ * index lists sorted by slot) at 8 and 16 heads from a wave of groups (tokens x heads >= 128 x 64: 512
+ * tokens at 16 heads, 1024 at 8; they are unsplit, a CTA a group), where the call's workspace holds the
+ * unions (else the kernel below: the call never fails for want of it). GLM chunks at the end of a 128k
+ * context, H100 2026-12-06, us, every row --check ok (docs/bench/attn-chunk-h100-2026-12-06/; token
+ * groups / the kernel below: rows_as_m FP8, heads_as_m bf16; distinct selections, then 90 % of each
+ * token's kept from the previous token's):
+ *   FP8 16 heads    256: 368 / 195, 147 / 182     512: 372 / 392, 161 / 364     1024: 731 / 811, 306 / 758
+ *                  2048: 1,474 / 1,577, 615 / 1,501     4096: 2,951 / 3,104, 1,183 / 2,922
+ *   bf16 16 heads   256: 266 / 168, 117 / 124     512: 279 / 325, 128 / 246     1024: 546 / 647, 248 / 496
+ *                  2048: 1,146 / 1,288, 484 / 1,019     4096: 2,311 / 2,606, 946 / 2,012
+ *   FP8 8 heads    1024: 716 / 773, 266 / 717     2048: 1,427 / 1,539, 514 / 1,460
+ *   bf16 8 heads   1024: 556 / 631, 225 / 471     2048: 1,130 / 1,268, 429 / 927
+ * Even with distinct rows their CTAs' sweep in slot order keeps L2 hits at 75 % (rows_as_m 31 %, ncu,
+ * 4096 tokens). Where no rows are shared and each token reads its own context — decode batches, each
+ * request over its own 8k (attn-token-groups-crossover-h100-2026-12-06/, before the union's sort took
+ * only the slots' bits) — they took 1.04-1.11x the time of the kernels below at 512 requests x 16 heads
+ * and 1024 x 8 (FP8 16 heads at 1024: 800 / 834 after it), up to 1.23x at 2048. At 32 heads (groups of
+ * two) only decode batches were measured, 1.1-1.23x at 1024-2048: heads_as_m there. */
+#define TOKEN_GROUPS_MIN_ROWS (128 * 64) /* tokens x heads: 128 groups of 64 (token, head) rows */
 
-int dsa_choose_attention(const dsa_sparse_mla_args *a) {
+int dsa_choose_attention(const dsa_sparse_mla_args *a, int token_groups) {
   const int forced = override_get()->attention;
   if (forced) return forced;
+  if (token_groups && (a->num_heads == 8 || a->num_heads == 16) &&
+      (int64_t)a->num_tokens * a->num_heads >= TOKEN_GROUPS_MIN_ROWS)
+    return DSA_ATTN_TOKEN_GROUPS;
   const int bf16 = a->kv_format == DSA_KV_BF16;
   /* heads_as_m: decode 128 x 128 heads FP8 221.6 us (mma_split 514), 256 x 64 233.6; prefill
    * 4096 x 128 heads 6.34 ms (mma_split 15.5) */

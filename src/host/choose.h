@@ -40,8 +40,9 @@ int dsa_choose_prefill_indexer(const dsa_scores_params *p, size_t separate_bytes
 /* Stage 2, top-k: p->kernel and p->cluster for a launch's rows (rows, num_tokens, topk, num_sms set). */
 void dsa_choose_topk(dsa_topk_params *p);
 /* Stage 3, attention: the kernel (dsa_attention_kernel) for a call (the same on every device: the
- * plans fit the split to the device). */
-int dsa_choose_attention(const dsa_sparse_mla_args *a);
+ * plans fit the split to the device); token_groups = 0: the choice where the workspace cannot hold
+ * token groups' unions (a kernel that needs none, unless DSA_KERNEL forces one). */
+int dsa_choose_attention(const dsa_sparse_mla_args *a, int token_groups);
 
 /* Context parallelism's merge (dsa_topk_merge): a dsa_merge_kernel for checked args a. */
 int dsa_choose_merge(const dsa_topk_merge_args *a);

@@ -394,9 +394,8 @@ size_t dsa_plan_attention_workspace(const dsa_sparse_mla_args *a, const dsa_atte
  * 2 s / units (and num_blocks) pieces, units counted at the widest head tile (the fewest): that many
  * splits is an upper bound for every device and tile. The seesaw over packed FP8 KV needs the
  * converted rows instead. */
-size_t dsa_plan_attention_workspace_bound(const dsa_sparse_mla_args *a) {
+size_t dsa_plan_attention_workspace_bound(const dsa_sparse_mla_args *a, int kernel) {
   if (a->num_tokens <= 0) return 0;
-  const int kernel = dsa_choose_attention(a);
   /* the seesaw over packed FP8 KV converts the cache's rows */
   if (a->kv_format == DSA_KV_FP8_PACKED && kernel == DSA_ATTN_SEESAW) return mla_converted_bytes(a);
   /* token groups: their unions (their plan takes nothing from the device) */

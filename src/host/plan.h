@@ -113,9 +113,10 @@ dsa_attention_plan dsa_plan_attention(const dsa_sparse_mla_args *a, const dsa_de
 #define DSA_CONVERTED_COLF_OFF(num_slots) ((((size_t)(num_slots) * DSA_CONVERTED_ROW_BYTES) + 255) & ~(size_t)255)
 /* Scratch bytes a plan needs: the split partials (0 for one split), or the converted rows. */
 size_t dsa_plan_attention_workspace(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl);
-/* What dsa_sparse_mla_workspace_size reports: the most any plan for <= DSA_PLAN_MAX_SMS SMs
- * needs, so it is known without a device and holds on every sm_90 part. */
-size_t dsa_plan_attention_workspace_bound(const dsa_sparse_mla_args *a);
+/* The most any plan of `kernel` (a dsa_attention_kernel) for <= DSA_PLAN_MAX_SMS SMs needs, so it is
+ * known without a device and holds on every sm_90 part; dsa_sparse_mla_workspace_size reports it for
+ * dsa_choose_attention(a, 1). */
+size_t dsa_plan_attention_workspace_bound(const dsa_sparse_mla_args *a, int kernel);
 
 #ifdef __cplusplus
 }

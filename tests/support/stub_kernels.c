@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "host/choose.h"
 #include "host/status.h"
 #include "kernels.h"
 
@@ -426,8 +427,8 @@ int dsa_attention_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan 
   REQUIRE(!pl->convert_rows || (pl->kernel == DSA_ATTN_SEESAW && a->kv_format == DSA_KV_FP8_PACKED),
           "mla converted rows for kernel %d", pl->kernel);
   const size_t need = dsa_plan_attention_workspace(a, pl);
-  REQUIRE(need <= dsa_plan_attention_workspace_bound(a), "mla plan needs %zu > the queried bound %zu", need,
-          dsa_plan_attention_workspace_bound(a));
+  const size_t bound = dsa_plan_attention_workspace_bound(a, dsa_choose_attention(a, 1)); /* the size query's */
+  REQUIRE(need <= bound, "mla plan needs %zu > the queried bound %zu", need, bound);
   if (need > 0)
     REQUIRE(workspace && !misaligned(workspace, 256) && in_workspace(workspace) && fits_workspace(workspace, need),
             "mla workspace (%zu bytes) outside the caller's", need);
