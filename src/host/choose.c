@@ -262,7 +262,8 @@ void dsa_choose_topk(dsa_topk_params *p) {
 /* At <= 32 heads the wgmma kernels pass mma_split from 16-20 tokens, their splits planned on the
  * clusters of any size 1-8 the device keeps resident (dsa_device_info.cluster_ctas): heads_as_m on
  * bf16 KV and at 17 to 32 heads (its 64-row tile at least a quarter full), rows_as_m on packed FP8 at
- * <= 16 heads (rows_as_m has no bf16 gain: the GLM chunk 4,481 us against heads_as_m's 2,096). H100
+ * <= 16 heads (its bf16 path is chosen nowhere: the chunk numbers that said so, 4,481 us against
+ * heads_as_m's 2,096, came from the broken pool below, and it was not measured again). H100
  * 2026-12-05, decode over 8k, topk 2048, us, every row --check ok
  * (docs/bench/attn-merge-h100-2026-12-05/):
  *   FP8 16 heads, mma_split / rows_as_m, tokens 16 / 20 / 24 / 32 / 36 / 40:
