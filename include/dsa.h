@@ -279,9 +279,9 @@ DSA_API dsa_status dsa_topk(const dsa_topk_args *args, void *workspace, size_t w
  * A token with no valid entry gets out = 0 and lse = -inf.
  * Workspace: split partials for small batches only (fewer tokens x head groups than SMs): at most
  * 2 x 132 CTAs x 16..64 heads x 2 KiB, ~35 MiB; 0 for large batches, except token groups (8 and 16
- * heads, tokens x heads >= 8192, or DSA_KERNEL=attention:token_groups): the unions of neighbouring tokens'
- * lists, (64 / H) x topk x 5 B a group of 64 / H tokens, at most 64 MiB — given less than the query
- * reports there, the call runs a kernel that needs none instead (unless forced: then
+ * heads, tokens x heads >= 8192, or DSA_KERNEL=attention:token_groups): the unions of neighbouring
+ * tokens' lists, (64 / H) x topk x 5 B a group of 64 / H tokens, at most 64 MiB — given less than the
+ * query reports there, the call runs a kernel that needs none instead (unless forced: then
  * DSA_ERR_WORKSPACE_TOO_SMALL); DSA_KERNEL=attention:seesaw with packed FP8 KV: the converted rows,
  * below. The size query needs no device and holds for every sm_90 part.
  * Three kernels compute this (same contract, results within the tolerances, each deterministic):
@@ -297,10 +297,10 @@ DSA_API dsa_status dsa_topk(const dsa_topk_args *args, void *workspace, size_t w
  * the workspace as heads_as_m's f16 rows — the same values — so the workspace query then asks
  * num_slots x 1152 B, rounded up to 256, + num_slots x 4 B: sensible only for a cache of about
  * the rows the call reads, e.g. one prefill context). Token groups (the library's choice at 8 and 16
- * heads from 8192 / heads tokens, e.g. a prefill chunk; attention:token_groups forces them at 8, 16 and 32
- * heads, heads_as_m at other head counts) run heads_as_m over groups of 64 / H consecutive tokens, a
- * CTA over the union of their index lists sorted by slot, so a row neighbouring tokens share is read
- * and multiplied once.
+ * heads from 8192 / heads tokens, e.g. a prefill chunk; attention:token_groups forces them at 8, 16
+ * and 32 heads, heads_as_m at other head counts) run heads_as_m over groups of 64 / H consecutive
+ * tokens, a CTA over the union of their index lists sorted by slot, so a row neighbouring tokens share
+ * is read and multiplied once.
  */
 typedef struct {
   const void *q;            /* [num_tokens, num_heads, 576] bf16, contiguous, 16-B aligned */

@@ -342,12 +342,12 @@ static void test_sm_count(void) {
   g_dsa_stub.num_sms = 132;
 }
 
-/* Which attention kernel a call runs: the per-shape choice (token_groups from tokens x heads = 8192 at 8
- * and 16 heads; heads_as_m for > 32 heads once tokens x ceil(heads / 64) >= 6 on packed FP8 KV, 8 on bf16; at
- * 17 to 32 heads from 16 tokens; at <= 16 heads on bf16 from 20; rows_as_m for packed FP8 at <= 16
- * heads from 20 tokens; else mma_split), DSA_KERNEL overriding it; rows_as_m and heads_as_m plans take
- * no workspace (rows_as_m even when it splits). The device is an H100 SXM's: 132 SMs, clusters of 4 and 8 keeping 120 CTAs
- * (c4 overrides the 4s: the choice does not depend on it). Kernels by their dsa_attention_kernel:
+/* Which attention kernel a call runs: the per-shape choice (token_groups at 8 and 16 heads once tokens x
+ * heads >= 8192; heads_as_m for > 32 heads once tokens x ceil(heads / 64) >= 6 on packed FP8 KV, 8 on
+ * bf16; at 17 to 32 heads from 16 tokens; at <= 16 heads on bf16 from 20; rows_as_m for packed FP8 at
+ * <= 16 heads from 20 tokens; else mma_split), DSA_KERNEL overriding it; rows_as_m and heads_as_m plans
+ * take no workspace (rows_as_m even when it splits). The device is an H100 SXM's: 132 SMs, clusters of
+ * 4 and 8 keeping 120 CTAs (c4 overrides the 4s: the choice does not depend on it). Kernels by their dsa_attention_kernel:
  * 1 mma_split, 2 rows_as_m, 3 heads_as_m, 5 token_groups. */
 static void test_mla_kernel_choice(void) {
   static const struct {
