@@ -85,6 +85,7 @@ typedef struct {
   int batches_given; /* --batches on the command line (attn: decode rows of those batches instead) */
   int chunk_tokens[MAX_BATCHES]; /* attn --chunk-tokens: chunk rows of these token counts instead */
   int nchunk_tokens;
+  int slot_order; /* attn --slot-order: each token's index list sorted by slot (the kernels read it so) */
 } options;
 
 /* ---- The benchmark state: one pool of inputs sized for the largest row ---- */

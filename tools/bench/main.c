@@ -98,6 +98,8 @@ static void usage(FILE *f) {
 "  --json FILE            write every row (all columns), device, date and options as JSON\n"
 "  --seed N               random seed (default 1)\n"
 "  --device N             CUDA device (default 0)\n"
+"  --slot-order           attn: each token's index list sorted by slot before the call (the kernels\n"
+"                         then read the cache in slot order; the reference reads the same lists)\n"
 "  --cold                 replays rotate over K replicas of the row's inputs (other pages of the\n"
 "                         pool, copies of q, their own top-k), K = ceil(2 x L2 / bytes a replay\n"
 "                         reads), as a model's 61 layers would pass between two uses; where fewer\n"
@@ -225,6 +227,8 @@ static void parse_args(int argc, char **argv, options *o) {
       have_mode = 1;
     } else if (!strcmp(a, "--cold")) {
       o->cold = 1;
+    } else if (!strcmp(a, "--slot-order")) {
+      o->slot_order = 1;
     } else if (!strcmp(a, "--q-dtype")) {
       NEED_VALUE();
       if (!strcmp(v, "fp8")) o->q_fp8 = 1;
