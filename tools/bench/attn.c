@@ -8,6 +8,7 @@
 
 #include "bench.h"
 #include "rng.h"
+#include "row_checks.h" /* cmp_i32 */
 
 /* attn: sparse MLA alone. Decode rows: `reqs` requests of one token, each over its own
  * ATTN_DECODE_S-token context; prefill rows: `tokens` tokens at the end of a `ctx`-token context
@@ -52,11 +53,6 @@ static int attn_ctx_rows(const bench *b, const attn_shape *sh) {
 /* Replica j (--cold): requests j x reqs + t (decode) or the context of rows j x attn_ctx_rows ..
  * (prefill), written to d_topk / d_lens (j = 0) or the replica's top-k (h_topk / h_lens keep
  * replica 0's for --check). */
-static int cmp_int32(const void *a, const void *b) {
-  const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-  return (x > y) - (x < y);
-}
-
 static void make_attn_indices(bench *b, const attn_shape *sh, dsa_rng *r, int j) {
   const int k = b->o.topk;
   int32_t *keep_topk = NULL, *keep_lens = NULL;
@@ -106,7 +102,7 @@ static void make_attn_indices(bench *b, const attn_shape *sh, dsa_rng *r, int j)
       if (rq >= b->n_req) die("attn: %s needs pool row %lld of %d", sh->name, (long long)rq, b->n_req);
       row[e] = b->h_block_table[rq * b->ppr + pr / PAGE] * PAGE + (int32_t)(pr % PAGE);
     }
-    if (b->o.slot_order) qsort(row, (size_t)n, sizeof *row, cmp_int32);
+    if (b->o.slot_order) qsort(row, (size_t)n, sizeof *row, cmp_i32);
     for (int e = n; e < k; e++) row[e] = -1;
     b->h_lens[t] = n;
   }
