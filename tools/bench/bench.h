@@ -85,6 +85,7 @@ typedef struct {
   int batches_given; /* --batches on the command line (attn: decode rows of those batches instead) */
   int chunk_tokens[MAX_BATCHES]; /* attn --chunk-tokens: chunk rows of these token counts instead */
   int nchunk_tokens;
+  int64_t chunk_ctx; /* attn --chunk-context: the context those chunk rows end at (default 128k) */
   int slot_order; /* attn --slot-order: each token's index list sorted by slot (the kernels read it so) */
 } options;
 

@@ -87,6 +87,8 @@ static void usage(FILE *f) {
 "  --chunk-tokens LIST    attn: instead of the fixed table, GLM chunk rows of these token counts x\n"
 "                         --heads heads at the end of a 128k context, each with distinct random\n"
 "                         selections and with 90%% of each token's kept from the previous token's\n"
+"  --chunk-context N      attn --chunk-tokens: the context the chunks end at, 4k..128k (default\n"
+"                         128k; e.g. 32k, whose FP8 cache fits in L2)\n"
 "  --only decode|prefill  glm: one table only\n"
 "  --shape TEXT           attn: only the shapes whose name contains TEXT (e.g. \"128 x 128h\")\n"
 "  --iters N              timed replays per stage, median reported (default 100; DESIGN asks >= 50)\n"
@@ -204,6 +206,7 @@ static void parse_args(int argc, char **argv, options *o) {
   o->gate = 1;
   o->do_decode = o->do_prefill = 1;
   o->seed = 1;
+  o->chunk_ctx = 131072;
   int have_mode = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -270,6 +273,12 @@ static void parse_args(int argc, char **argv, options *o) {
     } else if (!strcmp(a, "--chunk-tokens")) {
       NEED_VALUE();
       o->nchunk_tokens = parse_int_list(v, a, o->chunk_tokens, MAX_BATCHES, 1, 65536);
+    } else if (!strcmp(a, "--chunk-context")) {
+      NEED_VALUE();
+      int64_t ctx[1];
+      if (parse_size_list(v, a, ctx, 1) != 1 || ctx[0] < 4096 || ctx[0] > 131072)
+        die("--chunk-context: '%s' is not one context of 4k..128k", v);
+      o->chunk_ctx = ctx[0];
     } else if (!strcmp(a, "--shape")) {
       NEED_VALUE();
       o->shape = v;
