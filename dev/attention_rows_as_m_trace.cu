@@ -30,18 +30,7 @@ __global__ void __launch_bounds__(rm_cfg<HN, FP8>::THREADS, 1) rm_traced_kernel(
   typedef rm_cfg<HN, FP8> C;
   constexpr int NA = C::NACC;
   extern __shared__ __align__(1024) uint8_t smem[];
-  rm_smem m;
-  m.q_s = smem + C::Q_OFF;
-  m.tile_s = smem + C::TILE_OFF;
-  m.p_s = smem + C::P_OFF;
-  m.sc_s = (float *)(smem + C::SC_OFF);
-  m.slot_s = (int *)(smem + C::SLOT_OFF);
-  m.red_s = (float *)(smem + C::RED_OFF);
-  m.qinv_s = (float *)(smem + C::QINV_OFF);
-  m.ml_s = (float2 *)(smem + C::ML_OFF);
-  m.ost_s = (float *)m.tile_s;
-  m.ring.full = ptx_smem_u32(smem + C::BAR_OFF);
-  m.ring.empty = m.ring.full + 16;
+  const rm_smem m = rm_smem_of<HN, FP8>(smem);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   int64_t cta = blockIdx.x;
   const int split = (int)(cta % p.splits);
@@ -50,7 +39,7 @@ __global__ void __launch_bounds__(rm_cfg<HN, FP8>::THREADS, 1) rm_traced_kernel(
   const int64_t t = p.token_offset + cta / p.num_groups;
   const int head0 = group * HN;
   TRACE(0);
-  if (tid == 0) ring_init(m.ring, 2, 128, 128 * C::CWG);
+  if (tid == 0) rm_init_barriers<HN, FP8>(m);
   __syncthreads();
   ptx_griddep_wait();
   TRACE(1);
@@ -65,7 +54,8 @@ __global__ void __launch_bounds__(rm_cfg<HN, FP8>::THREADS, 1) rm_traced_kernel(
     for (int i = tid - 128 * C::CWG; i < nchunks * RM_ROWS; i += 128)
       m.slot_s[i] = mla_entry_slot(idx_row, begin + i, end, p.io.num_slots);
     ptx_bar_sync(C::BAR_PRODUCER, 128);
-    if (FP8) rm_produce_fp8<HN, FP8>(p, m, nchunks, w, lane);
+    if (C::STAGED) rm_produce_fp8_staged<HN, FP8>(p, m, nchunks, w, lane);
+    else if (FP8) rm_produce_fp8<HN, FP8>(p, m, nchunks, w, lane);
     else rm_produce_bf16(p, m, nchunks, w, lane);
   } else {
     rm_consume<HN, FP8>(p, m, t, head0, nchunks, warp, lane, m_run, l_run, o, smax_run);

@@ -12,10 +12,16 @@
  *
  * Roles: HN/16 consumer warpgroups (QK, online softmax, PV for their 16 heads; O^T in registers)
  * and one producer warpgroup; the kernel's phases:
- *   rm_produce_fp8   packed FP8 rows (656 B) are read into registers one chunk ahead (two with one
- *                    consumer warpgroup, where registers allow), the 512 e4m3 latent values
- *                    converted to f16 (exact) and the 64 bf16 rope values copied into the tile; the
- *                    4 per-128 scales go to a table, NOT into the tile (exact scores, as mma_split).
+ *   rm_produce_fp8   packed FP8 rows (656 B) are read into registers one chunk ahead, the 512 e4m3
+ *                    latent values converted to f16 (exact) and the 64 bf16 rope values copied into
+ *                    the tile; the 4 per-128 scales go to a table, NOT into the tile (exact scores, as
+ *                    mma_split). With one consumer warpgroup (16 heads) the raw rows of the next chunk
+ *                    come by bulk copy (one `cp.async.bulk` a row) into a staging buffer and are read
+ *                    into registers from there (rm_produce_fp8_staged): a warp's gather of 8 rows x
+ *                    64 B from global memory took ~30 L1 wavefronts where a shared load takes 4, and
+ *                    those gathers were 2/3 of the L1 data pipe's work, the kernel's bound on the GLM
+ *                    chunk (ncu, H100, 2026-12-06). With two (32 heads) the buffer does not fit: rows
+ *                    are loaded from global memory into registers, one chunk ahead.
  *   rm_produce_bf16  dense bf16 rows: cp.async into the tile.
  *   rm_consume       per chunk: qk_tile, online_softmax, P^T to shared memory, pv_tile.
  *   rm_stage_partials, rm_merge_splits   the epilogue (below).
@@ -75,8 +81,11 @@ struct rm_cfg {
   static constexpr int RED_OFF = SLOT_OFF + DSA_MAX_TOPK * 4;         /* float [CWG][2][4][16] */
   static constexpr int QINV_OFF = RED_OFF + CWG * 2 * 4 * RM_WN * 4;  /* float [HN] */
   static constexpr int ML_OFF = QINV_OFF + HN * 4;                    /* float2 [HN] */
-  static constexpr int BAR_OFF = ML_OFF + HN * 8;                     /* full[2], empty[2] */
-  static constexpr int SMEM_BYTES = BAR_OFF + 4 * 8;
+  static constexpr int BAR_OFF = ML_OFF + HN * 8;                     /* full[2], empty[2], staged */
+  /* FP8, one consumer warpgroup: a chunk's raw rows, [64][656 B], filled by bulk copies */
+  static constexpr bool STAGED = FP8 && CWG == 1;
+  static constexpr int STG_OFF = (BAR_OFF + 5 * 8 + 127) / 128 * 128;
+  static constexpr int SMEM_BYTES = STAGED ? STG_OFF + RM_ROWS * MLA_FP8_SLOT_BYTES : BAR_OFF + 4 * 8;
   /* named barriers: consumer warpgroup cw's 128 threads on BAR_CONSUMER + cw, the producer's on
    * BAR_PRODUCER (0 is __syncthreads) */
   static constexpr int BAR_CONSUMER = 1;
@@ -333,18 +342,26 @@ typedef struct {
   float2 *ml_s;
   float *ost_s;       /* after the last chunk: O staging [HN][RM_OSTRIDE] fp32, over the tiles */
   mbar_ring ring;     /* two tiles: full = rows landed, empty = the consumers are done */
+  uint8_t *stg_s;     /* STAGED: the raw rows of the chunk in flight, [64][656 B] */
+  uint32_t stg_full;  /* STAGED: its mbarrier (64 arrivals, the copies' bytes) */
 } rm_smem;
 
-/* Producer, FP8: chunk c's halves are loaded LA chunks ahead (LA = 2 where registers allow — one
- * consumer warpgroup, 255 a thread — else 1), converted into the tile, the scales to their table. */
+/* Producer, FP8, two consumer warpgroups (32 heads; the staging buffer does not fit beside their
+ * plan): chunk c + 1's halves are loaded into registers from global memory while chunk c's are
+ * converted into the tile, the scales to their table. (Two chunks ahead, as the 16-head CTAs did
+ * before they were STAGED, needs more registers than a 384-thread CTA has.) */
 template <int HN, bool FP8>
 __device__ __forceinline__ void rm_produce_fp8(const rm_params &p, const rm_smem &m, int nchunks, int w, int lane) {
   typedef rm_cfg<HN, FP8> C;
-  constexpr int LA = C::CWG == 1 ? 2 : 1;
-  auto produce = [&](rm_half &h0, rm_half &h1, int c) {
+  rm_half h0, h1;
+  if (nchunks > 0) {
+    rm_gather_fp8_load(h0, p, m.slot_s, 0, w, lane);
+    rm_gather_fp8_load(h1, p, m.slot_s, 1, w, lane);
+  }
+  for (int c = 0; c < nchunks; ++c) {
     const int b = c & 1;
-    const int *next = m.slot_s + (c + LA) * RM_ROWS;
-    const bool more = c + LA < nchunks;
+    const int *next = m.slot_s + (c + 1) * RM_ROWS;
+    const bool more = c + 1 < nchunks;
     uint8_t *tile = m.tile_s + b * RM_TILE_BYTES;
     ring_wait_empty<2>(m.ring, c);
     rm_gather_fp8_store(h0, tile, 0, w, lane);
@@ -355,23 +372,75 @@ __device__ __forceinline__ void rm_produce_fp8(const rm_params &p, const rm_smem
     if (more) rm_gather_fp8_load(h1, p, next, 1, w, lane);
     ptx_fence_proxy_async_smem();
     ptx_mbar_arrive(ring_full(m.ring, b));
-  };
-  rm_half a0, a1, b0, b1; /* even chunks in a, odd chunks in b (LA = 2) */
-  if (nchunks > 0) {
-    rm_gather_fp8_load(a0, p, m.slot_s, 0, w, lane);
-    rm_gather_fp8_load(a1, p, m.slot_s, 1, w, lane);
   }
-  if (LA == 2) {
-    if (nchunks > 1) {
-      rm_gather_fp8_load(b0, p, m.slot_s + RM_ROWS, 0, w, lane);
-      rm_gather_fp8_load(b1, p, m.slot_s + RM_ROWS, 1, w, lane);
+}
+
+/* STAGED, lanes 0-15 of each producer warp (row 16w + lane each): the chunk's raw rows into the
+ * staging buffer, one bulk copy a row; a skipped row arrives without bytes (its registers are zeroed
+ * when read). A bulk copy takes its operands in uniform registers, so a warp issues its lanes' copies
+ * one after another: four warps of 16 rows, not two of 32 (ncu: the issue loop of two warps held ~10 %
+ * of the kernel's stall samples on the chunk). */
+__device__ __forceinline__ void rm_stage_issue(const rm_params &p, const rm_smem &m, const int *slots, int w, int lane) {
+  if (lane >= 16) return;
+  const int i = 16 * w + lane, sl = slots[i];
+  ptx_mbar_arrive_expect_tx(m.stg_full, sl >= 0 ? MLA_FP8_SLOT_BYTES : 0);
+  if (sl >= 0)
+    ptx_bulk_load(ptx_smem_u32(m.stg_s + i * MLA_FP8_SLOT_BYTES),
+                  (const uint8_t *)p.io.kv + (int64_t)sl * MLA_FP8_SLOT_BYTES, MLA_FP8_SLOT_BYTES, m.stg_full);
+}
+
+/* STAGED: one half of the chunk from the staging buffer into registers, in rm_gather_fp8_load's
+ * layout. Bank groups (r + kk) mod 8 (a row is 41 16-byte units): 4 wavefronts a 512-byte load. */
+__device__ __forceinline__ void rm_gather_fp8_lds(rm_half &R, const uint8_t *stg, const int *slots, int half, int w,
+                                               int lane) {
+  const int r = lane & 7, kk = lane >> 3;
+  slots += 32 * half;
+  stg += 32 * half * MLA_FP8_SLOT_BYTES;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) R.slot[i] = slots[8 * i + r];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int row = 8 * (i & 3) + r, col = kk + 4 * w + 16 * (i >> 2);
+    R.lat[i] = R.slot[i & 3] >= 0 ? *(const uint4 *)(stg + row * MLA_FP8_SLOT_BYTES + col * 16) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int sl = (w >> 1) ? R.slot[2 + i] : R.slot[i];
+    const int row = 8 * (2 * (w >> 1) + i) + r, col = kk + 4 * (w & 1);
+    R.rope[i] = sl >= 0 ? *(const uint4 *)(stg + row * MLA_FP8_SLOT_BYTES + MLA_FP8_ROPE_OFF + col * 16)
+                        : make_uint4(0, 0, 0, 0);
+  }
+  R.sc = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (w == 0 && slots[lane] >= 0) R.sc = *(const float4 *)(stg + lane * MLA_FP8_SLOT_BYTES + MLA_FP8_SCALE_OFF);
+}
+
+/* Producer, FP8, STAGED: per chunk c, its rows from the staging buffer into registers; once every
+ * producer thread has read them, chunk c + 1's bulk copies into the buffer (they land while chunk c
+ * is converted and the consumer works); then chunk c converted into its tile. */
+template <int HN, bool FP8>
+__device__ __forceinline__ void rm_produce_fp8_staged(const rm_params &p, const rm_smem &m, int nchunks, int w,
+                                                      int lane) {
+  typedef rm_cfg<HN, FP8> C;
+  if (nchunks > 0) rm_stage_issue(p, m, m.slot_s, w, lane);
+  for (int c = 0; c < nchunks; ++c) {
+    const int b = c & 1;
+    const int *slots = m.slot_s + c * RM_ROWS;
+    rm_half h0, h1;
+    ptx_mbar_wait(m.stg_full, (uint32_t)(c & 1));
+    rm_gather_fp8_lds(h0, m.stg_s, slots, 0, w, lane);
+    rm_gather_fp8_lds(h1, m.stg_s, slots, 1, w, lane);
+    ptx_bar_sync(C::BAR_PRODUCER, 128); /* the buffer read by all: it may be overwritten */
+    if (c + 1 < nchunks) {
+      ptx_fence_proxy_async_smem(); /* those generic-proxy reads before the copies' async-proxy writes */
+      rm_stage_issue(p, m, slots + RM_ROWS, w, lane);
     }
-    for (int c = 0; c < nchunks; c += 2) {
-      produce(a0, a1, c);
-      if (c + 1 < nchunks) produce(b0, b1, c + 1);
-    }
-  } else {
-    for (int c = 0; c < nchunks; ++c) produce(a0, a1, c);
+    uint8_t *tile = m.tile_s + b * RM_TILE_BYTES;
+    ring_wait_empty<2>(m.ring, c);
+    rm_gather_fp8_store(h0, tile, 0, w, lane);
+    rm_gather_fp8_store(h1, tile, 1, w, lane);
+    if (w == 0) rm_gather_fp8_scales(h0.sc, h1.sc, m.sc_s + b * (C::SC_STAGE / 4), lane);
+    ptx_fence_proxy_async_smem();
+    ptx_mbar_arrive(ring_full(m.ring, b));
   }
 }
 
@@ -672,14 +741,11 @@ __device__ __forceinline__ void rm_merge_splits(const rm_params &p, const rm_sme
   }
 }
 
-/* ---------------------------------------------------------------------------------------------
- * The kernel. Grid: tokens x groups x splits CTAs (split fastest: a cluster is one (token, group)).
- */
+/* The CTA's shared memory (rm_cfg's plan) as pointers, and its barriers' initialisation (one thread,
+ * before a __syncthreads). */
 template <int HN, bool FP8>
-__global__ void __launch_bounds__(rm_cfg<HN, FP8>::THREADS, 1) rm_attention_kernel(const rm_params p) {
+__device__ __forceinline__ rm_smem rm_smem_of(uint8_t *smem) {
   typedef rm_cfg<HN, FP8> C;
-  constexpr int NA = C::NACC;
-  extern __shared__ __align__(1024) uint8_t smem[];
   rm_smem m;
   m.q_s = smem + C::Q_OFF;
   m.tile_s = smem + C::TILE_OFF;
@@ -692,6 +758,29 @@ __global__ void __launch_bounds__(rm_cfg<HN, FP8>::THREADS, 1) rm_attention_kern
   m.ost_s = (float *)m.tile_s;
   m.ring.full = ptx_smem_u32(smem + C::BAR_OFF);
   m.ring.empty = m.ring.full + 16;
+  m.stg_s = smem + (C::STAGED ? C::STG_OFF : 0);
+  m.stg_full = m.ring.full + 32;
+  return m;
+}
+template <int HN, bool FP8>
+__device__ __forceinline__ void rm_init_barriers(const rm_smem &m) {
+  typedef rm_cfg<HN, FP8> C;
+  ring_init(m.ring, 2, 128, 128 * C::CWG);
+  if (C::STAGED) {
+    ptx_mbar_init(m.stg_full, 64);
+    ptx_fence_mbar_init(); /* the bulk copies complete on it (async proxy) */
+  }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The kernel. Grid: tokens x groups x splits CTAs (split fastest: a cluster is one (token, group)).
+ */
+template <int HN, bool FP8>
+__global__ void __launch_bounds__(rm_cfg<HN, FP8>::THREADS, 1) rm_attention_kernel(const rm_params p) {
+  typedef rm_cfg<HN, FP8> C;
+  constexpr int NA = C::NACC;
+  extern __shared__ __align__(1024) uint8_t smem[];
+  const rm_smem m = rm_smem_of<HN, FP8>(smem);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   int64_t cta = blockIdx.x;
@@ -701,7 +790,7 @@ __global__ void __launch_bounds__(rm_cfg<HN, FP8>::THREADS, 1) rm_attention_kern
   const int64_t t = p.token_offset + cta / p.num_groups;
   const int head0 = group * HN;
 
-  if (tid == 0) ring_init(m.ring, 2, 128, 128 * C::CWG);
+  if (tid == 0) rm_init_barriers<HN, FP8>(m);
   __syncthreads();
   ptx_griddep_wait(); /* q, indices, lens, KV may come from the previous kernel */
 
@@ -720,7 +809,8 @@ __global__ void __launch_bounds__(rm_cfg<HN, FP8>::THREADS, 1) rm_attention_kern
     for (int i = tid - 128 * C::CWG; i < nchunks * RM_ROWS; i += 128)
       m.slot_s[i] = mla_entry_slot(idx_row, begin + i, end, p.io.num_slots);
     ptx_bar_sync(C::BAR_PRODUCER, 128);
-    if (FP8) rm_produce_fp8<HN, FP8>(p, m, nchunks, w, lane);
+    if (C::STAGED) rm_produce_fp8_staged<HN, FP8>(p, m, nchunks, w, lane);
+    else if (FP8) rm_produce_fp8<HN, FP8>(p, m, nchunks, w, lane);
     else rm_produce_bf16(p, m, nchunks, w, lane);
   } else {
     rm_consume<HN, FP8>(p, m, t, head0, nchunks, warp, lane, m_run, l_run, o, smax_run);

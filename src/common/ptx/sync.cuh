@@ -88,6 +88,12 @@ __device__ __forceinline__ void ptx_fence_proxy_async_smem(void) {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+/* Makes this thread's mbarrier.init visible to the async proxy (bulk copies completing their
+ * transactions on it) and to the cluster (fence.mbarrier_init, §9.7.12.4 membar/fence). */
+__device__ __forceinline__ void ptx_fence_mbar_init(void) {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
 /* ---- thread-block clusters (§9.7.12.2 barrier.cluster, §9.7.9.17 mapa, §9.7.9.8 ld) ---- */
 __device__ __forceinline__ uint32_t ptx_cluster_ctarank(void) {
   uint32_t r;
