@@ -380,7 +380,8 @@ __device__ __forceinline__ void rm_produce_fp8(const rm_params &p, const rm_smem
  * when read). A bulk copy takes its operands in uniform registers, so a warp issues its lanes' copies
  * one after another: four warps of 16 rows, not two of 32 (ncu: the issue loop of two warps held ~10 %
  * of the kernel's stall samples on the chunk). */
-__device__ __forceinline__ void rm_stage_issue(const rm_params &p, const rm_smem &m, const int *slots, int w, int lane) {
+__device__ __forceinline__ void rm_stage_issue(const rm_params &p, const rm_smem &m, const int *slots, int w,
+                                               int lane) {
   if (lane >= 16) return;
   const int i = 16 * w + lane, sl = slots[i];
   ptx_mbar_arrive_expect_tx(m.stg_full, sl >= 0 ? MLA_FP8_SLOT_BYTES : 0);
@@ -401,7 +402,8 @@ __device__ __forceinline__ void rm_gather_fp8_lds(rm_half &R, const uint8_t *stg
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     const int row = 8 * (i & 3) + r, col = kk + 4 * w + 16 * (i >> 2);
-    R.lat[i] = R.slot[i & 3] >= 0 ? *(const uint4 *)(stg + row * MLA_FP8_SLOT_BYTES + col * 16) : make_uint4(0, 0, 0, 0);
+    R.lat[i] = R.slot[i & 3] >= 0 ? *(const uint4 *)(stg + row * MLA_FP8_SLOT_BYTES + col * 16)
+                                  : make_uint4(0, 0, 0, 0);
   }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {

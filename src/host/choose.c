@@ -303,7 +303,12 @@ void dsa_choose_topk(dsa_topk_params *p) {
  * request over its own 8k (attn-token-groups-crossover-h100-2026-12-06/, before the union's sort took
  * only the slots' bits) — they took 1.04-1.11x the time of the kernels below at 512 requests x 16 heads
  * and 1024 x 8 (FP8 16 heads at 1024: 800 / 834 after it), up to 1.23x at 2048. At 32 heads (groups of
- * two) only decode batches were measured, 1.1-1.23x at 1024-2048: heads_as_m there. */
+ * two) only decode batches were measured, 1.1-1.23x at 1024-2048: heads_as_m there.
+ * Since rows_as_m's 16-head FP8 CTAs take their rows through a staging buffer (H100, 2026-12-06,
+ * docs/bench/attn-rows-as-m-staged-h100-2026-12-06/), the FP8 4096 x 16-head chunk is 2,589 / 2,503 on
+ * rows_as_m against 2,975 / 1,214 on token groups: 15 % slower with distinct rows, 2.1x faster with
+ * shared ones. Kept for chunks, whose neighbouring tokens share rows; FP8 decode batches of 512 and more
+ * requests over their own contexts probably lose more than the figures above now (not re-measured). */
 #define TOKEN_GROUPS_MIN_ROWS (128 * 64) /* tokens x heads: 128 groups of 64 (token, head) rows */
 
 int dsa_choose_attention(const dsa_sparse_mla_args *a, int token_groups) {
