@@ -175,9 +175,6 @@ int attn_main(bench *b, row_result **rows_out) {
   if (o->nchunk_tokens > 0) { /* chunk rows: each token count with distinct and with shared selections */
     for (int i = 0; i < 2 * o->nchunk_tokens; i++) {
       const int shared = i & 1;
-      if (o->chunk_tokens[i / 2] > o->chunk_ctx)
-        die("--chunk-tokens: %d tokens do not fit a %lld-token context (--chunk-context)", o->chunk_tokens[i / 2],
-            (long long)o->chunk_ctx);
       char at[24] = "";
       if (o->chunk_ctx != ATTN_CHUNK_CTX_MAX) snprintf(at, sizeof at, " at %lldk", (long long)(o->chunk_ctx / 1024));
       snprintf(custom_names[i], sizeof custom_names[i], "chunked %d x %dh%s%s", o->chunk_tokens[i / 2], o->heads, at,

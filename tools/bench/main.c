@@ -325,6 +325,10 @@ static void parse_args(int argc, char **argv, options *o) {
     o->nsizes = o->mode == MODE_GLM ? 12 : 3;
     memcpy(o->sizes, src, sizeof(int64_t) * (size_t)o->nsizes);
   }
+  for (int i = 0; i < o->nchunk_tokens; i++)
+    if (o->chunk_tokens[i] > o->chunk_ctx)
+      die("--chunk-tokens: %d tokens do not fit a %lld-token context (--chunk-context)", o->chunk_tokens[i],
+          (long long)o->chunk_ctx);
   if (o->nbatches == 0) {
     o->batches[0] = 64;
     o->batches[1] = 128;
