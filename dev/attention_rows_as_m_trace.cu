@@ -62,6 +62,14 @@ __global__ void __launch_bounds__(rm_cfg<HN, FP8>::THREADS, 1) rm_traced_kernel(
   }
   TRACE(2);
   ptx_griddep_launch_dependents();
+  if (p.splits == 1) { /* out stored from the accumulators: the phases after it are empty */
+    if (warp < 4 * C::CWG) rm_store_unsplit<HN, FP8>(p, m, t, head0, warp, lane, m_run, l_run, o, smax_run);
+    TRACE(3);
+    TRACE(4);
+    TRACE(5);
+    TRACE(6);
+    return;
+  }
   __syncthreads();
   if (warp < 4 * C::CWG) rm_stage_partials<HN, FP8>(m, warp, lane, m_run, l_run, o, smax_run);
   TRACE(3);
@@ -122,6 +130,7 @@ int main(void) {
   }
   trace(1, 16, 8, "decode 1 x 16 heads");
   trace(64, 16, 2, "decode 64 x 16 heads");
-  trace(64, 32, 1, "decode 64 x 32 heads");
+  trace(64, 16, 1, "decode 64 x 16 heads, unsplit (O staged = out stored)");
+  trace(64, 32, 1, "decode 64 x 32 heads, unsplit (O staged = out stored)");
   return 0;
 }

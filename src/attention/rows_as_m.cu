@@ -24,7 +24,8 @@
  *                    are loaded from global memory into registers, one chunk ahead.
  *   rm_produce_bf16  dense bf16 rows: cp.async into the tile.
  *   rm_consume       per chunk: qk_tile, online_softmax, P^T to shared memory, pv_tile.
- *   rm_stage_partials, rm_merge_splits   the epilogue (below).
+ *   rm_stage_partials, rm_merge_splits   the epilogue of a split CTA (below); an unsplit one stores out
+ *                    from its accumulators (rm_store_unsplit).
  * A two-stage ring of tiles with full/empty mbarriers (common/mbar_ring.cuh): the producer fills
  * chunk c+1 while the consumer works on chunk c. The split's index entries are turned into slots
  * once, in shared memory, so no index load stands in front of a row load.
@@ -696,6 +697,63 @@ __device__ __forceinline__ void rm_stage_partials(const rm_smem &m, int warp, in
   }
 }
 
+/* Consumer warpgroup of an unsplit CTA (a cluster of one): l summed as rm_stage_partials sums it, then
+ * O^T normalised and stored to out from the accumulators — no staging, no cluster barriers, no merge
+ * (the arithmetic of staging and merging one split, its tests included: a head whose l is not
+ * positive gets out 0 and lse -inf). */
+template <int HN, bool FP8>
+__device__ __forceinline__ void rm_store_unsplit(const rm_params &p, const rm_smem &m, int64_t t, int head0,
+                                                 int warp, int lane, const float (&m_run)[rm_cfg<HN, FP8>::NCOL],
+                                                 float (&l_run)[rm_cfg<HN, FP8>::NCOL],
+                                                 const float (&o)[8][rm_cfg<HN, FP8>::NACC],
+                                                 const float (&smax_run)[4]) {
+  typedef rm_cfg<HN, FP8> C;
+  constexpr int WN = RM_WN;
+  const int cw = warp >> 2, w = warp & 3, g = lane >> 2, qd = lane & 3;
+  const int hoff = WN * cw, H = p.num_heads;
+  float *red = m.red_s + cw * 8 * WN;
+#pragma unroll
+  for (int i = 0; i < C::NCOL; ++i) {
+    float l = l_run[i];
+    l += __shfl_xor_sync(0xffffffffu, l, 4);
+    l += __shfl_xor_sync(0xffffffffu, l, 8);
+    l += __shfl_xor_sync(0xffffffffu, l, 16);
+    l_run[i] = l;
+  }
+  if (g == 0) {
+#pragma unroll
+    for (int j = 0; j < WN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) red[w * WN + 8 * j + 2 * qd + e] = l_run[2 * j + e];
+  }
+  ptx_bar_sync(C::BAR_CONSUMER + cw, 128);
+  float inv[C::NCOL];
+#pragma unroll
+  for (int j = 0; j < WN / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int col = 8 * j + 2 * qd + e, h = head0 + hoff + col;
+      const float L = ((red[col] + red[WN + col]) + red[2 * WN + col]) + red[3 * WN + col];
+      const bool live = L > 0.f; /* the merge's test: anything else (0, NaN) gives out 0, lse -inf */
+      inv[2 * j + e] = live ? __frcp_rn(L) : 0.f;
+      if (p.io.lse && w == 0 && g == 0 && h < H)
+        p.io.lse[t * H + h] = live ? mla_lse(m_run[2 * j + e], L) : mla_lse(-INFINITY, 0.f);
+    }
+#pragma unroll
+  for (int j = 0; j < WN / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int h = head0 + hoff + 8 * j + 2 * qd + (e & 1);
+      if (h >= H) continue;
+      __nv_bfloat16 *row = p.io.out + (t * H + h) * MLA_V_DIM + 16 * w + g + 8 * (e >> 1);
+#pragma unroll
+      for (int mt = 0; mt < 8; ++mt) {
+        const float iv = inv[2 * j + (e & 1)];
+        row[64 * mt] = __float2bfloat16_rn(iv > 0.f ? o[mt][4 * j + e] * (FP8 ? smax_run[mt >> 1] : 1.f) * iv : 0.f);
+      }
+    }
+}
+
 /* Every thread, between two cluster barriers: merge the S splits through distributed shared memory
  * in rank order (S = 1: its own normalisation, from its own shared memory). Rank r writes the 4-dim
  * columns [128 r / S, 128 (r + 1) / S) of every head, U units (head, column) a thread at most; each
@@ -855,6 +913,10 @@ __global__ void __launch_bounds__(rm_cfg<HN, FP8>::THREADS, 1) rm_attention_kern
   }
 
   ptx_griddep_launch_dependents();
+  if (p.splits == 1) { /* the consumers store out from their accumulators; nothing to merge */
+    if (warp < 4 * C::CWG) rm_store_unsplit<HN, FP8>(p, m, t, head0, warp, lane, m_run, l_run, o, smax_run);
+    return;
+  }
   __syncthreads(); /* tiles free: the O staging area reuses them */
   if (warp < 4 * C::CWG) rm_stage_partials<HN, FP8>(m, warp, lane, m_run, l_run, o, smax_run);
   ptx_cluster_sync(); /* every CTA of the (token, group) has its (m, l, O) staged */
