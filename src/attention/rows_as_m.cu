@@ -59,10 +59,12 @@
 #define RM_TILE_BYTES (RM_ROWS / 8 * RM_RG_BYTES)
 #define RM_OSTRIDE 516             /* floats per head row of the O staging area (conflict-free) */
 #define RM_MAX_CLUSTER 8
+#define RM_OUT_STRIDE 1040         /* bytes per head row of out staged in a warpgroup's Q area (conflict-free) */
 
 static_assert(RM_ROWS == MLA_BLOCK_N, "chunk = plan block");
 
 #define RM_WN 16                   /* heads per consumer warpgroup (the N of its MMAs) */
+static_assert(RM_WN * RM_OUT_STRIDE <= 2 * RM_RG_BYTES, "a warpgroup's 16 out rows fit its Q area");
 template <int HN, bool FP8>
 struct rm_cfg {
   static constexpr int CWG = HN / RM_WN;                 /* consumer warpgroups */
@@ -698,9 +700,9 @@ __device__ __forceinline__ void rm_stage_partials(const rm_smem &m, int warp, in
 }
 
 /* Consumer warpgroup of an unsplit CTA (a cluster of one): l summed as rm_stage_partials sums it, then
- * O^T normalised and stored to out from the accumulators — no staging, no cluster barriers, no merge
- * (the arithmetic of staging and merging one split, its tests included: a head whose l is not
- * positive gets out 0 and lse -inf). */
+ * O^T normalised from the accumulators and stored through the warpgroup's own Q area — no fp32
+ * staging, no cluster barriers, no merge (the arithmetic of staging and merging one split, its tests
+ * included: a head whose l is not positive gets out 0 and lse -inf). */
 template <int HN, bool FP8>
 __device__ __forceinline__ void rm_store_unsplit(const rm_params &p, const rm_smem &m, int64_t t, int head0,
                                                  int warp, int lane, const float (&m_run)[rm_cfg<HN, FP8>::NCOL],
@@ -739,19 +741,34 @@ __device__ __forceinline__ void rm_store_unsplit(const rm_params &p, const rm_sm
       if (p.io.lse && w == 0 && g == 0 && h < H)
         p.io.lse[t * H + h] = live ? mla_lse(m_run[2 * j + e], L) : mla_lse(-INFINITY, 0.f);
     }
+  /* out through this warpgroup's Q area (free since its last QK): its 16 heads' rows of 512 bf16 at
+   * RM_OUT_STRIDE bytes, written by stmatrix.trans (each 8 x 8 block of the accumulators turned head-
+   * major, conflict-free), then each head's row by 16-byte coalesced stores. */
+  const uint32_t ob = ptx_smem_u32(m.q_s) + cw * 2 * RM_RG_BYTES;
+  const int mi = lane >> 3, ri = lane & 7;
 #pragma unroll
-  for (int j = 0; j < WN / 8; ++j)
+  for (int mt = 0; mt < 8; ++mt) {
+    const float u = FP8 ? smax_run[mt >> 1] : 1.f;
+    uint32_t x[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int h = head0 + hoff + 8 * j + 2 * qd + (e & 1);
-      if (h >= H) continue;
-      __nv_bfloat16 *row = p.io.out + (t * H + h) * MLA_V_DIM + 16 * w + g + 8 * (e >> 1);
+    for (int j = 0; j < WN / 8; ++j)
 #pragma unroll
-      for (int mt = 0; mt < 8; ++mt) {
-        const float iv = inv[2 * j + (e & 1)];
-        row[64 * mt] = __float2bfloat16_rn(iv > 0.f ? o[mt][4 * j + e] * (FP8 ? smax_run[mt >> 1] : 1.f) * iv : 0.f);
+      for (int hh = 0; hh < 2; ++hh) { /* dims 16w + g (e = 0, 1) and 16w + g + 8 (e = 2, 3) */
+        const float a = inv[2 * j] > 0.f ? o[mt][4 * j + 2 * hh] * u * inv[2 * j] : 0.f;
+        const float b = inv[2 * j + 1] > 0.f ? o[mt][4 * j + 2 * hh + 1] * u * inv[2 * j + 1] : 0.f;
+        x[2 * j + hh] = ptx_f32x2_to_bf16x2(a, b);
       }
-    }
+    ptx_stmatrix_x4_trans(ob + (8 * (mi >> 1) + ri) * RM_OUT_STRIDE + (64 * mt + 16 * w + 8 * (mi & 1)) * 2, x[0],
+                          x[1], x[2], x[3]);
+  }
+  ptx_bar_sync(C::BAR_CONSUMER + cw, 128);
+  const uint8_t *rows = m.q_s + cw * 2 * RM_RG_BYTES;
+#pragma unroll
+  for (int k = 0; k < WN * MLA_V_DIM / 8 / 128; ++k) {
+    const int c = 32 * w + lane + 128 * k, hh = c / (MLA_V_DIM / 8), c16 = c % (MLA_V_DIM / 8);
+    const uint4 v = *(const uint4 *)(rows + hh * RM_OUT_STRIDE + c16 * 16);
+    if (head0 + hoff + hh < H) *(uint4 *)(p.io.out + (t * H + head0 + hoff + hh) * MLA_V_DIM + c16 * 8) = v;
+  }
 }
 
 /* Every thread, between two cluster barriers: merge the S splits through distributed shared memory
