@@ -648,19 +648,15 @@ __device__ __forceinline__ void rm_consume(const rm_params &p, const rm_smem &m,
   }
 }
 
-/* Consumer warpgroup, after the last chunk: l summed over the column's 16 row-lanes of each warp
- * (butterfly) then over the warps in order, and the unnormalised O (true units) to the staging
- * area [head][dim], (m, l) beside it. */
+/* Consumer warpgroup cw, after the last chunk: each head column's l summed over the 16 row-lanes of a
+ * warp (butterfly; every lane gets it), and the warp's sums to red[w][16] (m.red_s's first half for
+ * cw). Returns red; rm_l_total adds a column's four warps in order, after a warpgroup barrier. */
 template <int HN, bool FP8>
-__device__ __forceinline__ void rm_stage_partials(const rm_smem &m, int warp, int lane,
-                                                  const float (&m_run)[rm_cfg<HN, FP8>::NCOL],
-                                                  float (&l_run)[rm_cfg<HN, FP8>::NCOL],
-                                                  const float (&o)[8][rm_cfg<HN, FP8>::NACC],
-                                                  const float (&smax_run)[4]) {
+__device__ __forceinline__ float *rm_l_to_red(const rm_smem &m, int warp, int lane,
+                                              float (&l_run)[rm_cfg<HN, FP8>::NCOL]) {
   typedef rm_cfg<HN, FP8> C;
   constexpr int WN = RM_WN;
   const int cw = warp >> 2, w = warp & 3, g = lane >> 2, qd = lane & 3;
-  const int hoff = WN * cw;
   float *red = m.red_s + cw * 8 * WN;
 #pragma unroll
   for (int i = 0; i < C::NCOL; ++i) {
@@ -676,6 +672,26 @@ __device__ __forceinline__ void rm_stage_partials(const rm_smem &m, int warp, in
 #pragma unroll
       for (int e = 0; e < 2; ++e) red[w * WN + 8 * j + 2 * qd + e] = l_run[2 * j + e];
   }
+  return red;
+}
+__device__ __forceinline__ float rm_l_total(const float *red, int col) {
+  return ((red[col] + red[RM_WN + col]) + red[2 * RM_WN + col]) + red[3 * RM_WN + col];
+}
+
+/* Consumer warpgroup, after the last chunk: l summed over the column's 16 row-lanes of each warp
+ * (butterfly) then over the warps in order, and the unnormalised O (true units) to the staging
+ * area [head][dim], (m, l) beside it. */
+template <int HN, bool FP8>
+__device__ __forceinline__ void rm_stage_partials(const rm_smem &m, int warp, int lane,
+                                                  const float (&m_run)[rm_cfg<HN, FP8>::NCOL],
+                                                  float (&l_run)[rm_cfg<HN, FP8>::NCOL],
+                                                  const float (&o)[8][rm_cfg<HN, FP8>::NACC],
+                                                  const float (&smax_run)[4]) {
+  typedef rm_cfg<HN, FP8> C;
+  constexpr int WN = RM_WN;
+  const int cw = warp >> 2, w = warp & 3, g = lane >> 2, qd = lane & 3;
+  const int hoff = WN * cw;
+  const float *red = rm_l_to_red<HN, FP8>(m, warp, lane, l_run);
 #pragma unroll
   for (int mt = 0; mt < 8; ++mt)
 #pragma unroll
@@ -693,8 +709,7 @@ __device__ __forceinline__ void rm_stage_partials(const rm_smem &m, int warp, in
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int col = 8 * j + 2 * qd + e;
-        const float l = ((red[col] + red[WN + col]) + red[2 * WN + col]) + red[3 * WN + col];
-        m.ml_s[hoff + col] = make_float2(m_run[2 * j + e], l);
+        m.ml_s[hoff + col] = make_float2(m_run[2 * j + e], rm_l_total(red, col));
       }
   }
 }
@@ -713,21 +728,7 @@ __device__ __forceinline__ void rm_store_unsplit(const rm_params &p, const rm_sm
   constexpr int WN = RM_WN;
   const int cw = warp >> 2, w = warp & 3, g = lane >> 2, qd = lane & 3;
   const int hoff = WN * cw, H = p.num_heads;
-  float *red = m.red_s + cw * 8 * WN;
-#pragma unroll
-  for (int i = 0; i < C::NCOL; ++i) {
-    float l = l_run[i];
-    l += __shfl_xor_sync(0xffffffffu, l, 4);
-    l += __shfl_xor_sync(0xffffffffu, l, 8);
-    l += __shfl_xor_sync(0xffffffffu, l, 16);
-    l_run[i] = l;
-  }
-  if (g == 0) {
-#pragma unroll
-    for (int j = 0; j < WN / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) red[w * WN + 8 * j + 2 * qd + e] = l_run[2 * j + e];
-  }
+  const float *red = rm_l_to_red<HN, FP8>(m, warp, lane, l_run);
   ptx_bar_sync(C::BAR_CONSUMER + cw, 128);
   float inv[C::NCOL];
 #pragma unroll
@@ -735,7 +736,7 @@ __device__ __forceinline__ void rm_store_unsplit(const rm_params &p, const rm_sm
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int col = 8 * j + 2 * qd + e, h = head0 + hoff + col;
-      const float L = ((red[col] + red[WN + col]) + red[2 * WN + col]) + red[3 * WN + col];
+      const float L = rm_l_total(red, col);
       const bool live = L > 0.f; /* the merge's test: anything else (0, NaN) gives out 0, lse -inf */
       inv[2 * j + e] = live ? __frcp_rn(L) : 0.f;
       if (p.io.lse && w == 0 && g == 0 && h < H)
