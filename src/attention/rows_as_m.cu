@@ -772,19 +772,20 @@ __device__ __forceinline__ void rm_store_unsplit(const rm_params &p, const rm_sm
   }
 }
 
-/* Every thread, between two cluster barriers: merge the S splits through distributed shared memory
- * in rank order (S = 1: its own normalisation, from its own shared memory). Rank r writes the 4-dim
- * columns [128 r / S, 128 (r + 1) / S) of every head, U units (head, column) a thread at most; each
- * thread issues every load of all its units — S peers' (m, l) and O pieces each, a round trip over
- * the SM-to-SM network — before it combines any (a loop that waited for each unit's loads in turn
- * took 2.6 us at S = 2 and 7.5 us at S = 1 with 32 heads: H100 trace, 2026-12-06). */
+/* Every thread of a split CTA (S = 2..8; an unsplit one stores its own out, rm_store_unsplit), between
+ * two cluster barriers: merge the S splits through distributed shared memory in rank order. Rank r
+ * writes the 4-dim columns [128 r / S, 128 (r + 1) / S) of every head, U units (head, column) a thread
+ * at most; each thread issues every load of all its units — S peers' (m, l) and O pieces each, a round
+ * trip over the SM-to-SM network — before it combines any (a loop that waited for each unit's loads in
+ * turn took 2.6 us at S = 2: H100 trace, 2026-12-06). */
 template <int HN, bool FP8, int S>
 __device__ __forceinline__ void rm_merge_splits_s(const rm_params &p, const rm_smem &m, int64_t t, int head0,
                                                   int tid) {
   typedef rm_cfg<HN, FP8> C;
   constexpr int U = (HN * ((MLA_V_DIM / 4 + S - 1) / S) + C::THREADS - 1) / C::THREADS;
   const int H = p.num_heads;
-  const int rank = S > 1 ? (int)ptx_cluster_ctarank() : 0;
+  static_assert(S >= 2 && S <= RM_MAX_CLUSTER, "a split CTA's cluster");
+  const int rank = (int)ptx_cluster_ctarank();
   const uint32_t ml_u32 = ptx_smem_u32(m.ml_s), ost_u32 = ptx_smem_u32(m.ost_s);
   const int c0 = rank * (MLA_V_DIM / 4) / S;            /* this rank's first float4 column */
   const int nc = (rank + 1) * (MLA_V_DIM / 4) / S - c0; /* and how many (S divides 128 or not) */
@@ -803,14 +804,8 @@ __device__ __forceinline__ void rm_merge_splits_s(const rm_params &p, const rm_s
       ml[k][s] = make_float2(0.f, 0.f);
       ov[k][s] = make_float4(0.f, 0.f, 0.f, 0.f);
       if (hs[k] >= 0) {
-        const uint32_t ml_a = ml_u32 + hs[k] * 8, ov_a = ost_u32 + (hs[k] * RM_OSTRIDE + ds[k]) * 4;
-        if (S == 1) {
-          ml[k][s] = *(const float2 *)(m.ml_s + hs[k]);
-          ov[k][s] = *(const float4 *)(m.ost_s + hs[k] * RM_OSTRIDE + ds[k]);
-        } else {
-          ml[k][s] = ptx_ld_cluster_f32x2(ptx_mapa(ml_a, s));
-          ov[k][s] = ptx_ld_cluster_f32x4(ptx_mapa(ov_a, s));
-        }
+        ml[k][s] = ptx_ld_cluster_f32x2(ptx_mapa(ml_u32 + hs[k] * 8, s));
+        ov[k][s] = ptx_ld_cluster_f32x4(ptx_mapa(ost_u32 + (hs[k] * RM_OSTRIDE + ds[k]) * 4, s));
       }
     }
   }
@@ -843,8 +838,7 @@ __device__ __forceinline__ void rm_merge_splits_s(const rm_params &p, const rm_s
 template <int HN, bool FP8>
 __device__ __forceinline__ void rm_merge_splits(const rm_params &p, const rm_smem &m, int64_t t, int head0, int tid) {
   static_assert(RM_MAX_CLUSTER == 8, "one case a cluster size");
-  switch (p.splits) {
-    case 1: rm_merge_splits_s<HN, FP8, 1>(p, m, t, head0, tid); break;
+  switch (p.splits) { /* 2..8: the kernel returned before the merge when unsplit */
     case 2: rm_merge_splits_s<HN, FP8, 2>(p, m, t, head0, tid); break;
     case 3: rm_merge_splits_s<HN, FP8, 3>(p, m, t, head0, tid); break;
     case 4: rm_merge_splits_s<HN, FP8, 4>(p, m, t, head0, tid); break;
