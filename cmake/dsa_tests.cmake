@@ -208,7 +208,7 @@ if(DSA_BUILD_BENCH AND DSA_HAVE_SANITIZERS AND TARGET dsa-dev-cudart-noop AND NO
   target_link_libraries(dsa-bench-san PRIVATE dsa_support dsa_static)
   target_include_directories(dsa-bench-san PRIVATE src)
   foreach(run "attn --shape chunked" "attn --batches 3,64 --heads 16" "attn --chunk-tokens 100,2048 --heads 8 --slot-order"
-              "attn --chunk-tokens 4096 --chunk-context 4k"
+              "attn --chunk-tokens 4096 --chunk-context 4k" "attn --chunk-tokens 300 --chunk-shares 0,50,99"
               "attn --shape prefill" "glm --sizes 8192,20000 --mtp 2"
               "serve --batches 2 --sizes 8192")
     string(REPLACE " " ";" _args "${run} --iters 2 --warmup 1")

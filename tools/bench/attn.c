@@ -170,20 +170,21 @@ int attn_main(bench *b, row_result **rows_out) {
   int nrows = 0;
   const attn_shape *shapes = ATTN_SHAPES;
   int nshapes = ATTN_NSHAPES;
-  static attn_shape custom[2 * MAX_BATCHES];
-  static char custom_names[2 * MAX_BATCHES][48];
-  if (o->nchunk_tokens > 0) { /* chunk rows: each token count with distinct and with shared selections */
-    for (int i = 0; i < 2 * o->nchunk_tokens; i++) {
-      const int shared = i & 1;
-      char at[24] = "";
+  static attn_shape custom[MAX_SHARES * MAX_BATCHES];
+  static char custom_names[MAX_SHARES * MAX_BATCHES][48];
+  if (o->nchunk_tokens > 0) { /* chunk rows: each token count at each share of the previous token's selection */
+    const int ns = o->nchunk_shares;
+    for (int i = 0; i < ns * o->nchunk_tokens; i++) {
+      const int pct = o->chunk_shares[i % ns];
+      char at[24] = "", sh[24] = "";
       if (o->chunk_ctx != ATTN_CHUNK_CTX_MAX) snprintf(at, sizeof at, " at %lldk", (long long)(o->chunk_ctx / 1024));
-      snprintf(custom_names[i], sizeof custom_names[i], "chunked %d x %dh%s%s", o->chunk_tokens[i / 2], o->heads, at,
-               shared ? ", 90% shared" : "");
-      custom[i] = (attn_shape){custom_names[i], 1, 1, o->chunk_tokens[i / 2], o->heads, o->chunk_ctx,
-                               shared ? 0.9 : 0.0};
+      if (pct > 0) snprintf(sh, sizeof sh, ", %d%% shared", pct);
+      snprintf(custom_names[i], sizeof custom_names[i], "chunked %d x %dh%s%s", o->chunk_tokens[i / ns], o->heads, at,
+               sh);
+      custom[i] = (attn_shape){custom_names[i], 1, 1, o->chunk_tokens[i / ns], o->heads, o->chunk_ctx, pct / 100.0};
     }
     shapes = custom;
-    nshapes = 2 * o->nchunk_tokens;
+    nshapes = ns * o->nchunk_tokens;
   } else if (o->batches_given) {
     for (int i = 0; i < o->nbatches; i++) {
       snprintf(custom_names[i], sizeof custom_names[i], "decode %d x %dh", o->batches[i], o->heads);

@@ -55,6 +55,7 @@
 #define GATE_TIMEOUT_S 5.0     /* a gate opens by itself after this (never a deadlock) */
 #define MAX_SIZES 64
 #define MAX_BATCHES 16
+#define MAX_SHARES 8
 #define MAX_S (1 << 30)
 #define COLD_FLUSH_BYTES ((size_t)256 << 20) /* > 4 x the 60 MB L2 */
 #define COLD_MAX_REPLICAS 128
@@ -86,6 +87,8 @@ typedef struct {
   int chunk_tokens[MAX_BATCHES]; /* attn --chunk-tokens: chunk rows of these token counts instead */
   int nchunk_tokens;
   int64_t chunk_ctx; /* attn --chunk-context: the context those chunk rows end at (default 128k) */
+  int chunk_shares[MAX_SHARES]; /* attn --chunk-shares: % of each token's selection kept from the previous */
+  int nchunk_shares;            /* token's, a chunk row each (default 0 and 90) */
   int slot_order; /* attn --slot-order: each token's index list sorted by slot (the kernels read it so) */
 } options;
 

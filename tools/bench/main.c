@@ -87,6 +87,9 @@ static void usage(FILE *f) {
 "  --chunk-tokens LIST    attn: instead of the fixed table, GLM chunk rows of these token counts x\n"
 "                         --heads heads at the end of a 128k context, each with distinct random\n"
 "                         selections and with 90%% of each token's kept from the previous token's\n"
+"  --chunk-shares LIST    attn --chunk-tokens: the shares of each token's selection kept from the\n"
+"                         previous token's, in %% (0..99, default 0,90), a row each: where token\n"
+"                         groups and rows_as_m cross as neighbouring tokens share more\n"
 "  --chunk-context N      attn --chunk-tokens: the context the chunks end at, 4k..128k (default\n"
 "                         128k; e.g. 32k, whose FP8 cache fits in L2)\n"
 "  --only decode|prefill  glm: one table only\n"
@@ -273,6 +276,9 @@ static void parse_args(int argc, char **argv, options *o) {
     } else if (!strcmp(a, "--chunk-tokens")) {
       NEED_VALUE();
       o->nchunk_tokens = parse_int_list(v, a, o->chunk_tokens, MAX_BATCHES, 1, 65536);
+    } else if (!strcmp(a, "--chunk-shares")) {
+      NEED_VALUE();
+      o->nchunk_shares = parse_int_list(v, a, o->chunk_shares, MAX_SHARES, 0, 99);
     } else if (!strcmp(a, "--chunk-context")) {
       NEED_VALUE();
       int64_t ctx[1];
@@ -324,6 +330,11 @@ static void parse_args(int argc, char **argv, options *o) {
     const int64_t *src = o->mode == MODE_GLM ? glm_sizes : serve_sizes;
     o->nsizes = o->mode == MODE_GLM ? 12 : 3;
     memcpy(o->sizes, src, sizeof(int64_t) * (size_t)o->nsizes);
+  }
+  if (o->nchunk_shares == 0) {
+    o->chunk_shares[0] = 0;
+    o->chunk_shares[1] = 90;
+    o->nchunk_shares = 2;
   }
   for (int i = 0; i < o->nchunk_tokens; i++)
     if (o->chunk_tokens[i] > o->chunk_ctx)

@@ -201,6 +201,10 @@ void write_json(const bench *b, const row_result *rows, int n, const char *path)
   for (int i = 0; i < o->nsizes; i++) fprintf(f, "%s%lld", i ? ", " : "", (long long)o->sizes[i]);
   fprintf(f, "], \"batches\": [");
   for (int i = 0; i < o->nbatches; i++) fprintf(f, "%s%d", i ? ", " : "", o->batches[i]);
+  fprintf(f, "], \"chunk_tokens\": [");
+  for (int i = 0; i < o->nchunk_tokens; i++) fprintf(f, "%s%d", i ? ", " : "", o->chunk_tokens[i]);
+  fprintf(f, "], \"chunk_shares_pct\": [");
+  for (int i = 0; i < o->nchunk_shares; i++) fprintf(f, "%s%d", i ? ", " : "", o->chunk_shares[i]);
   fprintf(f, "], \"shape_filter\": ");
   json_str(f, o->shape ? o->shape : "");
   /* the kernel override, e.g. DSA_KERNEL=attention:heads_as_m,scores:mma; "" = the choice tables' */
