@@ -19,6 +19,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dsa.h"
@@ -106,6 +107,31 @@ static void mla_case_run(const void *arg) {
   chk_metric("T=%d H=%d topk=%d ws=%zu B: max rel L2 %.2e, max lse err %.2e%s, %d token(s) without valid entries",
              T, H, c->topk, wsb, worst_rel, worst_lse, lse_d ? "" : " (lse NULL)", n_empty);
   chk_end();
+
+  /* forced to mma_split or rows_as_m nothing is converted; the seesaw converts whatever its workspace */
+  const char *forced = getenv("DSA_KERNEL");
+  if (c->converted && (!forced || strstr(forced, "heads_as_m") || strstr(forced, "token_groups"))) {
+    /* The rows converted first are the ones the FP8 producer makes in shared memory, so both paths give
+     * the same bits; the converted rows (dsa.h: num_slots x 1152 B rounded up to 256, then num_slots x
+     * 4 B, the whole rounded up to 256) lead the workspace the size query reports. */
+    chk_begin("%s: converted rows and the unconverted kernel agree bit for bit", c->name);
+    const size_t slots = (size_t)c->num_slots;
+    const size_t rows = ((((slots * 1152 + 255) & ~(size_t)255) + slots * 4) + 255) & ~(size_t)255;
+    if (c->fmt != DSA_KV_FP8_PACKED || wsb < rows) chk_fail("the case asks for a conversion, but its workspace "
+                                                              "(%zu B) is short of the rows (%zu B)", wsb, rows);
+    else {
+      uint16_t *out2 = hmalloc(no * 2);
+      float *lse2 = hmalloc(nl * 4);
+      mla_run(&p, ws, wsb - rows, WS_BYTE_RERUN, out_d, lse_d, out2, lse2);
+      size_t diff = 0;
+      for (size_t e = 0; e < (size_t)T * H * V; e++) diff += out2[e] != out_h[e];
+      if (diff) chk_fail("%zu of %zu output values differ", diff, (size_t)T * H * V);
+      if (lse_d && memcmp(lse2, lse_h, (size_t)T * H * 4)) chk_fail("lse differs");
+      chk_metric("%zu output values identical; workspace %zu B converted, %zu B not", (size_t)T * H * V, wsb,
+                 wsb - rows);
+    }
+    chk_end();
+  }
 
   if (c->check_determinism) {
     chk_begin("%s: determinism (second run, different workspace garbage)", c->name);
@@ -251,6 +277,22 @@ static const mla_case k_mla_cases[] = {
      .check_determinism = 1, .share = 0.9, .seed = 438},
     {.name = "sparse MLA H8 bf16 kv_stride 640, T1030 topk24, 50% shared", .H = 8, .T = 1030, .topk = 24,
      .fmt = DSA_KV_BF16, .kv_stride = 640, .q_amp = 1.0, .num_slots = 60000, .share = 0.5, .seed = 439},
+    /* packed FP8 read many times over (entries >= 32 x the slots, the rows within the workspace cap): the
+     * cache converted into the workspace first, then copied as bf16 rows are (heads_as_m's CTAs, its
+     * persistent grid, its clusters; token groups), against the unconverted kernels bit for bit: random
+     * bytes, lens, -1 and out-of-range entries, repeats, a token without entries, determinism */
+    {.name = "sparse MLA H64 fp8 (random bytes) T300 topk512, lens, converted", .H = 64, .T = 300, .topk = 512,
+     .fmt = DSA_KV_FP8_PACKED, .fp8_random_bytes = 1, .lens_given = 1, .all_invalid_token = 1, .q_amp = 2.0,
+     .num_slots = 4000, .check_determinism = 1, .converted = 1, .seed = 440},
+    {.name = "sparse MLA H128 fp8 (stored) T3 topk2048, lens, converted", .H = 128, .T = 3, .topk = 2048,
+     .fmt = DSA_KV_FP8_PACKED, .lens_given = 1, .q_amp = 1.0, .num_slots = 380, .check_determinism = 1,
+     .converted = 1, .seed = 441},
+    {.name = "sparse MLA H16 fp8 (stored) T600 topk256, lens, 90% shared, converted", .H = 16, .T = 600,
+     .topk = 256, .fmt = DSA_KV_FP8_PACKED, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0,
+     .num_slots = 4000, .check_determinism = 1, .share = 0.9, .converted = 1, .seed = 442},
+    {.name = "sparse MLA H8 fp8 (random bytes) T1100 topk128, 50% shared, converted", .H = 8, .T = 1100,
+     .topk = 128, .fmt = DSA_KV_FP8_PACKED, .fp8_random_bytes = 1, .q_amp = 2.0, .num_slots = 4000,
+     .share = 0.5, .converted = 1, .seed = 443},
 };
 
 int main(void) {

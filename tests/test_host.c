@@ -487,7 +487,7 @@ static void test_mla_kernel_choice(void) {
     snprintf(name, sizeof name, "DSA_KERNEL=attention:token_groups, %d tokens x %d heads, %s KV: kernel %d, %lld "
              "groups a launch, %zu bytes of workspace", tg[i].tokens, tg[i].heads, tg[i].fp8 ? "FP8" : "bf16",
              tg[i].kernel, tg[i].groups_a_launch, tg[i].ws);
-    const dsa_attention_plan pl = dsa_plan_attention(&b, &(dsa_device_info){.num_sms = 132}, DSA_ATTN_TOKEN_GROUPS);
+    const dsa_attention_plan pl = dsa_plan_attention(&b, &(dsa_device_info){.num_sms = 132}, DSA_ATTN_TOKEN_GROUPS, 0);
     check(st == DSA_OK && g_dsa_stub.violations == 0 && g_dsa_stub.mla_kernel == tg[i].kernel &&
               g_dsa_stub.mla_need == tg[i].ws && (tg[i].ws ? bound == tg[i].ws : 1) && pl.kernel == tg[i].kernel &&
               (tg[i].kernel != DSA_ATTN_TOKEN_GROUPS || (pl.tg_groups == tg[i].groups_a_launch &&
@@ -630,6 +630,65 @@ static dsa_status decode_call(int reqs, int n, int max_blocks, int page_size, in
  * scorer (mma / wgmma / wgmma_tma) and the top-k kernel (registers / slices with its cluster /
  * chain) each launch gets, by default and under DSA_KERNEL (these cases run with indexer:separate
  * added to the spec). */
+/* Packed FP8 KV converted first (host/choose.c): heads_as_m and token groups where the entries are at
+ * least 32 x the slots and the rows take at most 256 MiB; the size query reports the rows (num_slots x
+ * 1152 B rounded up to 256, + num_slots x 4 B, the whole rounded up to 256) before the rest, and a call
+ * given less runs the same kernel unconverted (then, short of token groups' unions too, the kernel the
+ * table picks without them). Never bf16 KV, rows_as_m, or decode batches over a pool. */
+static void test_mla_convert_choice(void) {
+  static const struct {
+    int tokens, heads, fp8;
+    int64_t slots;
+    int kernel, convert;
+  } cv[] = {{4096, 128, 1, 16384, DSA_ATTN_HEADS_AS_M, 1},     /* 16.8 M entries, 512 a slot */
+            {4096, 128, 0, 16384, DSA_ATTN_HEADS_AS_M, 0},     /* bf16 */
+            {64, 128, 1, 16384, DSA_ATTN_HEADS_AS_M, 0},       /* 16 a slot */
+            {64, 128, 1, 8192, DSA_ATTN_HEADS_AS_M, 1},        /* 32 a slot */
+            {4096, 128, 1, 300000, DSA_ATTN_HEADS_AS_M, 0},    /* the rows 347 MB */
+            {4096, 16, 1, 131072, DSA_ATTN_TOKEN_GROUPS, 1},   /* GLM's chunk over its 128k context */
+            {4096, 16, 1, 1 << 20, DSA_ATTN_TOKEN_GROUPS, 0},  /* over a pool */
+            {128, 128, 1, 1 << 20, DSA_ATTN_HEADS_AS_M, 0},    /* a decode batch over a pool */
+            {64, 16, 1, 2048, DSA_ATTN_ROWS_AS_M, 0}};         /* rows_as_m converts nothing */
+  dsa_choose_override(NULL);
+  for (size_t i = 0; i < sizeof cv / sizeof cv[0]; i++) {
+    dsa_sparse_mla_args b = mla_args(cv[i].tokens, cv[i].heads, cv[i].fp8 ? DSA_KV_FP8_PACKED : DSA_KV_BF16);
+    b.num_slots = cv[i].slots;
+    const size_t rows = ((((size_t)cv[i].slots * 1152 + 255) & ~(size_t)255) + (size_t)cv[i].slots * 4 + 255) &
+                        ~(size_t)255;
+    size_t bound;
+    dsa_status st = mla_call(&b, 132, &bound);
+    char name[200];
+    snprintf(name, sizeof name, "%d tokens x %d heads, %s KV over %lld slots: kernel %d, %s", cv[i].tokens,
+             cv[i].heads, cv[i].fp8 ? "FP8" : "bf16", (long long)cv[i].slots, cv[i].kernel,
+             cv[i].convert ? "rows converted first (the query reports them)" : "nothing converted");
+    const size_t need = g_dsa_stub.mla_need;
+    check(st == DSA_OK && g_dsa_stub.violations == 0 && g_dsa_stub.mla_kernel == cv[i].kernel &&
+              g_dsa_stub.mla_convert == cv[i].convert,
+          name, "kernel %lld, converted %lld", g_dsa_stub.mla_kernel, g_dsa_stub.mla_convert);
+    check(!cv[i].convert || (need >= rows && need <= bound), "... and its workspace: the rows, within the query's",
+          "needs %lld of %lld bytes", (long long)need, (long long)bound);
+    if (!cv[i].convert) continue;
+    /* a byte short: the same kernel unconverted, in the rest */
+    dsa_stub_begin_call(FAKE(0x100000000000ull), bound - 1);
+    st = dsa_sparse_mla(&b, FAKE(0x100000000000ull), bound - 1, 0);
+    snprintf(name, sizeof name, "%d tokens x %d heads, FP8 KV over %lld slots, the workspace a byte short of the "
+             "query's: kernel %d unconverted in %zu bytes", cv[i].tokens, cv[i].heads, (long long)cv[i].slots,
+             cv[i].kernel, bound - rows);
+    check(st == DSA_OK && g_dsa_stub.violations == 0 && g_dsa_stub.mla_kernel == cv[i].kernel &&
+              g_dsa_stub.mla_convert == 0 && g_dsa_stub.mla_need <= bound - rows,
+          name, "kernel %lld, workspace %lld", g_dsa_stub.mla_kernel, (long long)g_dsa_stub.mla_need);
+    if (cv[i].kernel != DSA_ATTN_TOKEN_GROUPS) continue;
+    /* short of the unions too: rows_as_m (FP8, 16 heads), no workspace */
+    const size_t less = bound - rows - 1;
+    dsa_stub_begin_call(FAKE(0x100000000000ull), less);
+    st = dsa_sparse_mla(&b, FAKE(0x100000000000ull), less, 0);
+    check(st == DSA_OK && g_dsa_stub.violations == 0 && g_dsa_stub.mla_kernel == DSA_ATTN_ROWS_AS_M &&
+              g_dsa_stub.mla_convert == 0 && g_dsa_stub.mla_need == 0,
+          "the GLM chunk short of the rows and the unions: rows_as_m, unconverted, no workspace",
+          "kernel %lld, workspace %lld", g_dsa_stub.mla_kernel, (long long)g_dsa_stub.mla_need);
+  }
+}
+
 static void test_indexer_kernel_choice(void) {
   static const struct {
     const char *spec;
@@ -876,6 +935,7 @@ int main(void) {
   test_indexer_workspace_cap();
   test_sm_count();
   test_mla_kernel_choice();
+  test_mla_convert_choice();
   test_indexer_kernel_choice();
   test_override_errors();
   test_merge_kernel_choice();

@@ -35,7 +35,7 @@ extern "C" int dsa_attention_launch(const dsa_sparse_mla_args *a, const dsa_atte
     dsa_device_info info;
     const int qerr = dsa_device_query(&info);
     if (qerr != 0) return qerr;
-    const dsa_attention_plan split = dsa_plan_attention(a, &info, DSA_ATTN_MMA_SPLIT);
+    const dsa_attention_plan split = dsa_plan_attention(a, &info, DSA_ATTN_MMA_SPLIT, 0);
     return dsa_attention_mma_split_launch(a, &split, workspace, stream);
   }
   return dsa_attention_mma_split_launch(a, pl, workspace, stream);

@@ -5,7 +5,8 @@
  * One CTA = one token x 64 heads (heads past H are zero rows) x one split: the token's index entries
  * in chunks of 64 rows, all of them, or below a wave of CTAs a contiguous share (splits = 2 to 8:
  * the CTAs of a (token, group) form a cluster and merge their (m, l, O) through distributed shared
- * memory in rank order, hm_merge_splits; no workspace). Unsplit over bf16 KV the grid is persistent
+ * memory in rank order, hm_merge_splits; no workspace). Unsplit over bf16 KV (or FP8 rows converted
+ * first) the grid is persistent
  * instead (hm_attention_units_kernel): min(units, SMs) CTAs, each taking units (token, group) in turn
  * with one ring throughout, so the producer fills the next unit's tiles during the last one's epilogue.
  * Token groups (TG = H of 8, 16, 32; dsa_attention_token_groups_launch): a CTA takes 64 / H neighbouring
@@ -31,6 +32,9 @@
  * 208 registers. Measured slower (bf16 128 x 128 decode 220 against 157 us, H200 2026-12-05): with
  * two tiles, chunk c + 2 loads only after the other warpgroup's PV of c, and the consumers wait on
  * the full barrier (ncu: 34.5 % of the kernel's warp samples there against 0.3 % in heads_as_m).
+ * Packed FP8 KV read many times over (host/choose.c: prefill over its own context) is converted first, as
+ * for the seesaw, and then copied by the bf16 producer (hm_produce_bf16<CONVERTED>) into the same FP8
+ * consumers: the same bits as converting in the producer, at the copying producer's pace.
  * Gathers: the 8 lanes of a row cover one 128-byte line of it per instruction (whole L2 lines) and one
  * swizzled 128-byte tile row (conflict-free stores).
  *   bf16 KV   cp.async straight into the tile, up to two chunks in flight; a landed chunk is
@@ -148,12 +152,13 @@ typedef struct {
   int splits;             /* CTAs per (token, group), one cluster, each a contiguous share of the chunks */
   int64_t token_offset;   /* first token of this launch (grids past 2^31 - 1 CTAs are cut) */
   int64_t num_units;      /* (token, group) units of this launch */
-  union {
-    const float *colf_rows;  /* the seesaw over packed FP8 KV: [num_slots] 2^K of the converted rows in
-                                io.kv (hm_convert_rows_kernel); else NULL */
+  union { /* a union of one: declared plainly, NVVM left a dead `mask_row + 4` in the FP8 token-group kernels
+             and ptxas spilled 84 bytes of loads there, not 60 (their PTX is now what it was before) */
     const uint8_t *tg_masks; /* token groups: [launch's groups][io.indices_stride] the union rows' token
-                                masks (bit j: the group's token j sees the row) */
+                                masks (bit j: the group's token j sees the row); else NULL */
   };
+  /* packed FP8 KV converted first (hm_convert_rows_kernel): io.kv holds the converted rows, their factors
+   * 2^K after them (hm_converted_factors) */
 } hm_params;
 
 /* Byte offset of 16-byte chunk `chunk` (0..71, 8 dims each) of tile row r: 128-byte swizzle. */
@@ -784,7 +789,12 @@ __device__ __forceinline__ int hm_tg_mask(const uint8_t *mask_row, int e, int en
   return e < end ? (int)__ldg(mask_row + e) : 0;
 }
 
-/* bf16 KV: cp.async, up to two chunks in flight. CONVERTED (the seesaw over packed FP8 KV): the rows
+/* The factors 2^K of packed FP8 rows converted first: after the rows in the workspace (p.io.kv). */
+__device__ __forceinline__ const float *hm_converted_factors(const hm_params &p) {
+  return (const float *)((const uint8_t *)p.io.kv + DSA_CONVERTED_COLF_OFF(p.io.num_slots));
+}
+
+/* bf16 KV: cp.async, up to two chunks in flight. CONVERTED (packed FP8 KV converted first): the rows
  * are the converted ones (f16 latent x 2^-K, bf16 rope as stored), and each row's 2^K goes to colf_s.
  * Token groups (TG): valid_s holds each row's token mask (mask_row), 0 for a skipped row. */
 template <bool CONVERTED, int TG = 0>
@@ -792,6 +802,7 @@ __device__ __forceinline__ void hm_produce_bf16(const hm_params &p, const int32_
                                                 uint32_t tile_u32, const mbar_ring &ring, int *valid_s, float *colf_s,
                                                 int w, int lane, const uint8_t *mask_row = nullptr) {
   const int r4 = lane >> 3, pl = lane & 7;
+  const float *colf_rows = CONVERTED ? hm_converted_factors(p) : nullptr;
   int slot[4], msk[4];
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
@@ -815,12 +826,19 @@ __device__ __forceinline__ void hm_produce_bf16(const hm_params &p, const int32_
       ring_wait_empty<2>(ring, c0 + c);
     }
     const uint32_t tile = tile_u32 + b * HM_TILE;
+    /* CONVERTED: the rows' factors loaded before their copies are issued and stored after (a load
+     * waited for before them put four L2 round trips a chunk on the producer's path: 4096 x 128 heads
+     * 5.70 ms, 4.96 with them in flight, H100) */
+    float cf[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      slot[q] = mla_slot_checked(slot[q], p.io.num_slots); /* loaded an iteration ago */
+      if (CONVERTED) cf[q] = pl == 0 && slot[q] >= 0 ? __ldg(colf_rows + slot[q]) : 1.f;
+    }
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const int r = 16 * w + 4 * q + r4;
-      slot[q] = mla_slot_checked(slot[q], p.io.num_slots); /* loaded an iteration ago */
       if (pl == 0) valid_s[b * HM_ROWS + r] = TG ? (slot[q] >= 0 ? msk[q] : 0) : slot[q];
-      if (CONVERTED && pl == 0) colf_s[b * HM_ROWS + r] = slot[q] >= 0 ? __ldg(p.colf_rows + slot[q]) : 1.f;
       const __nv_bfloat16 *src =
           (const __nv_bfloat16 *)p.io.kv + (slot[q] >= 0 ? (int64_t)slot[q] * p.io.kv_stride : 0) + pl * 8;
 #pragma unroll
@@ -828,6 +846,10 @@ __device__ __forceinline__ void hm_produce_bf16(const hm_params &p, const int32_
         ptx_cp_async_16(tile + hm_tile_off(r, 8 * kb + pl), src + 64 * kb, slot[q] >= 0 ? 16 : 0);
     }
     ptx_cp_async_commit();
+    if (CONVERTED && pl == 0) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) colf_s[b * HM_ROWS + 16 * w + 4 * q + r4] = cf[q];
+    }
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       slot[q] = mla_entry_raw(idx_row, (c + 1) * HM_ROWS + 16 * w + 4 * q + r4, end);
@@ -993,11 +1015,13 @@ __device__ __forceinline__ void hm_load_q(const hm_params &p, uint8_t *smem, flo
 }
 
 /* ---------------------------------------------------------------------------------------------
- * The seesaw over packed FP8 KV: every slot converted once, before the attention kernel, into the
- * tile row hm_produce_fp8 would make of it (the same operations, so the same bits): 512 latent dims
+ * Packed FP8 KV converted first (heads_as_m and token groups where the rows are read many times over;
+ * the seesaw always): every slot converted once, before the attention kernel, into the tile row
+ * hm_produce_fp8 would make of it (the same operations, so the same bits): 512 latent dims
  * e4m3 x f16(scale_g 2^-K) in f16, 64 rope dims bf16 as stored, and colf[s] = 2^K (K: the largest
- * binary exponent of the four scales, within +-100). The attention kernel's producer then copies
- * rows (hm_produce_bf16<true>), so both consumer warpgroups can hold the seesaw's registers.
+ * binary exponent of the four scales, within +-100) after the rows. The attention kernel's producer
+ * then copies rows (hm_produce_bf16<true>): no conversion per CTA, and for the seesaw room for both
+ * consumer warpgroups' registers.
  * A warp a slot: lane l converts latent bytes [16 l, 16 l + 16) (scale group l / 8), lanes 0..7 the
  * rope's 16-byte pieces.
  */
@@ -1026,8 +1050,8 @@ __global__ void __launch_bounds__(HM_CONVERT_THREADS) hm_convert_rows_kernel(con
 
 /* ---------------------------------------------------------------------------------------------
  * The kernels. hm_attention_kernel: a CTA per unit (token, group) and split, tokens x groups x splits
- * CTAs (split fastest: a cluster is one unit). hm_attention_units_kernel (bf16 KV, unsplit): a
- * persistent grid of at most a wave, CTA i taking units i, i + G, i + 2G, ... (G = the grid) with one
+ * CTAs (split fastest: a cluster is one unit). hm_attention_units_kernel (bf16 KV or FP8 rows
+ * converted first, unsplit): a persistent grid of at most a wave, CTA i taking units i, i + G, i + 2G, ... (G = the grid) with one
  * ring throughout: the producer goes on to the next unit's rows as soon as a tile is free, the
  * consumers stage the next Q after their epilogue. One loop for both would not do: the FP8 kernel's
  * code around it lost 1-4 % (H100, 2026-12-05), whose producer-bound chunks gained nothing from it.
@@ -1110,8 +1134,10 @@ __device__ __forceinline__ hm_ctx hm_ctx_of(uint32_t s_u32, uint8_t *smem, const
   return x;
 }
 
-template <bool FP8, bool SEESAW, int TG = 0>
+template <bool FP8, bool SEESAW, bool CONVERTED, int TG = 0>
 __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_params p) {
+  static_assert(!(FP8 && SEESAW) || CONVERTED, "the seesaw's producer copies rows: FP8 ones converted first");
+  static_assert(FP8 || !CONVERTED, "only packed FP8 rows are converted");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint32_t s_u32;
   uint8_t *smem = hm_smem_base(smem_raw, s_u32);
@@ -1132,12 +1158,12 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_pa
 
   if (warp >= 8) {
     const int w = warp - 8;
-    if (!FP8) {
+    if constexpr (!FP8) {
       ptx_setmaxnreg_dec<HM_REG_PRODUCER(false)>();
       hm_produce_bf16<false, TG>(p, u.idx_row, u.end, u.n, 0, tile_u32, ring, valid_s, colf_s, w, lane, mask_row);
-    } else if (SEESAW) { /* the converted rows: copies, as bf16 KV */
+    } else if constexpr (CONVERTED) { /* the converted rows: copies, as bf16 KV */
       ptx_setmaxnreg_dec<HM_REG_PRODUCER(false)>();
-      hm_produce_bf16<true>(p, u.idx_row, u.end, u.n, 0, tile_u32, ring, valid_s, colf_s, w, lane);
+      hm_produce_bf16<true, TG>(p, u.idx_row, u.end, u.n, 0, tile_u32, ring, valid_s, colf_s, w, lane, mask_row);
     } else {
       ptx_setmaxnreg_dec<HM_REG_PRODUCER(true)>();
       hm_produce_fp8<TG>(p, u.idx_row, u.end, u.n, 0, tile_u32, ring, valid_s, colf_s, w, lane, mask_row);
@@ -1169,22 +1195,23 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_pa
  * (pointers kept live across the units spilled the chunk loops). Q's buffer is free when a unit
  * starts: warpgroup 0's last QK came before the P it published for the last PV, which warpgroup 1
  * waited for before the epilogue barrier. */
-template <bool QK>
+template <bool FP8, bool QK>
 __device__ __forceinline__ void hm_consumer_units(const hm_params &p, uint8_t *smem, uint32_t s_u32, int warp,
                                                   int lane) {
   int c0 = 0; /* the ring's uses so far */
   for (int64_t unit = blockIdx.x; unit < p.num_units; unit += gridDim.x) {
     const hm_unit u = hm_unit_of(p, unit, 0);
-    hm_load_q<false>(p, smem, (float *)(smem + HM_QEXP_OFF), u.t, u.head0, warp, lane);
+    hm_load_q<FP8>(p, smem, (float *)(smem + HM_QEXP_OFF), u.t, u.head0, warp, lane);
     ptx_fence_proxy_async_smem();
     ptx_bar_sync(HM_BAR_Q_LOADED, 256);
     const hm_ctx x = hm_ctx_of(s_u32, smem, u, 1, c0, unit + gridDim.x >= p.num_units);
-    if (QK) hm_consume_qk<false, 0>(p, x, warp & 3, lane);
-    else hm_consume_pv<false, 0>(p, x, warp & 3, lane);
+    if (QK) hm_consume_qk<FP8, 0>(p, x, warp & 3, lane);
+    else hm_consume_pv<FP8, 0>(p, x, warp & 3, lane);
     c0 += u.n;
   }
 }
 
+template <bool FP8> /* FP8: packed FP8 rows converted first (hm_convert_rows_kernel), copied as bf16 rows are */
 __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_units_kernel(const hm_params p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint32_t s_u32;
@@ -1201,19 +1228,19 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_units_kernel(const
     int c0 = 0; /* the ring's uses so far */
     for (int64_t unit = blockIdx.x; unit < p.num_units; unit += gridDim.x) {
       const hm_unit u = hm_unit_of(p, unit, 0);
-      hm_produce_bf16<false>(p, u.idx_row, u.end, u.n, c0, s_u32 + HM_TILE_OFF, ring, (int *)(smem + HM_VALID_OFF),
-                             (float *)(smem + HM_COLF_OFF), warp - 8, lane);
+      hm_produce_bf16<FP8>(p, u.idx_row, u.end, u.n, c0, s_u32 + HM_TILE_OFF, ring, (int *)(smem + HM_VALID_OFF),
+                           (float *)(smem + HM_COLF_OFF), warp - 8, lane);
       c0 += u.n;
     }
     return;
   }
   /* each role's loop after its setmaxnreg (ptxas sizes the code a setmaxnreg dominates by it) */
   if (warp < 4) {
-    ptx_setmaxnreg_inc<HM_REG_QK(false)>(); /* O half, S and the softmax */
-    hm_consumer_units<true>(p, smem, s_u32, warp, lane);
+    ptx_setmaxnreg_inc<HM_REG_QK(FP8)>(); /* O half, S and the softmax */
+    hm_consumer_units<FP8, true>(p, smem, s_u32, warp, lane);
   } else {
-    ptx_setmaxnreg_inc<HM_REG_PV(false)>();
-    hm_consumer_units<false>(p, smem, s_u32, warp, lane);
+    if (HM_REG_PV(FP8) > 168) ptx_setmaxnreg_inc<(HM_REG_PV(FP8) > 168 ? HM_REG_PV(FP8) : 168)>();
+    hm_consumer_units<FP8, false>(p, smem, s_u32, warp, lane);
   }
 }
 
@@ -1232,40 +1259,65 @@ static hm_params hm_params_of(const dsa_sparse_mla_args *a, const dsa_attention_
   prm.splits = pl->splits;
   prm.token_offset = 0;
   prm.num_units = (int64_t)a->num_tokens * pl->groups;
-  prm.colf_rows = NULL;
+  prm.tg_masks = NULL;
   return prm;
 }
 
-/* ctas > 0 (the plan's persistent grid: bf16 KV, unsplit): one launch of min(units, ctas) CTAs looping
- * over the units; else a CTA per unit and split. */
-template <bool FP8, bool SEESAW>
+/* Packed FP8 KV converted first (the plan's convert_rows): every slot into the workspace's start as the
+ * f16 tile row heads_as_m's FP8 producer would make (hm_convert_rows_kernel; the same bits), prm then
+ * reading those rows as 16-bit ones with their factors 2^K. The bytes taken: dsa_plan_attention_converted_bytes. */
+static cudaError_t hm_convert_rows(const dsa_sparse_mla_args *a, hm_params &prm, void *workspace, cudaStream_t stream) {
+  const int64_t slots = prm.io.num_slots;
+  uint8_t *rows = (uint8_t *)workspace;
+  float *colf = (float *)(rows + DSA_CONVERTED_COLF_OFF(slots));
+  if (slots > 0) {
+    const int64_t blocks = (slots + HM_CONVERT_THREADS / 32 - 1) / (HM_CONVERT_THREADS / 32);
+    const cudaError_t err = dsa_launch(hm_convert_rows_kernel, dim3((unsigned)blocks), HM_CONVERT_THREADS, 0, stream,
+                                       false, (const uint8_t *)a->kv_cache, slots, rows, colf);
+    if (err != cudaSuccess) return err;
+  }
+  prm.io.kv = rows; /* the factors after them: hm_converted_factors */
+  prm.io.kv_stride = MLA_QK_DIM;
+  return cudaSuccess;
+}
+
+/* ctas > 0 (the plan's persistent grid: bf16 or converted FP8 rows, unsplit): one launch of min(units,
+ * ctas) CTAs looping over the units; else a CTA per unit and split. */
+template <bool FP8, bool SEESAW, bool CONVERTED>
 static cudaError_t hm_launch(hm_params prm, int64_t num_tokens, int ctas, cudaStream_t stream) {
   static dsa_smem_cache cache, cache_units;
-  if (ctas > 0 && prm.splits == 1 && !FP8 && !SEESAW) { /* the persistent grid */
+  if (ctas > 0 && prm.splits == 1 && (!FP8 || CONVERTED) && !SEESAW) { /* the persistent grid */
     prm.token_offset = 0;
     prm.num_units = num_tokens * prm.num_groups;
     const int64_t grid = prm.num_units < ctas ? prm.num_units : ctas;
-    return dsa_launch_smem(hm_attention_units_kernel, &cache_units, dim3((unsigned)grid), HM_THREADS, HM_SMEM, stream,
-                           true, prm);
+    return dsa_launch_smem(hm_attention_units_kernel<FP8>, &cache_units, dim3((unsigned)grid), HM_THREADS, HM_SMEM,
+                           stream, true, prm);
   }
   const int64_t per_token = (int64_t)prm.num_groups * prm.splits;
   return mla_launch_tokens(num_tokens, per_token, [&](int64_t t0, int64_t nt) {
     prm.token_offset = t0;
     prm.num_units = nt * prm.num_groups;
     /* the splits of a (token, group) are adjacent CTAs: one cluster */
-    return dsa_launch_smem_cluster(hm_attention_kernel<FP8, SEESAW>, &cache, dim3((unsigned)(nt * per_token)), HM_THREADS,
-                                   HM_SMEM, stream, true, prm.splits > 1 ? (unsigned)prm.splits : 0u, prm);
+    return dsa_launch_smem_cluster(hm_attention_kernel<FP8, SEESAW, CONVERTED>, &cache,
+                                   dim3((unsigned)(nt * per_token)), HM_THREADS, HM_SMEM, stream, true,
+                                   prm.splits > 1 ? (unsigned)prm.splits : 0u, prm);
   });
 }
 
-/* Token groups: per launch of the plan's groups, the unions (token_groups.cu) into the workspace, then
- * a CTA a group; each group is a token of 64 heads for q, out and lse (its tokens' rows are
- * consecutive), the workspace's unions its index rows. */
-template <bool FP8, int TG>
+/* Token groups: per launch of the plan's groups, the unions (token_groups.cu) into the workspace (after
+ * the converted rows, if any), then a CTA a group; each group is a token of 64 heads for q, out and lse
+ * (its tokens' rows are consecutive), the workspace's unions its index rows. */
+template <bool FP8, bool CONVERTED, int TG>
 static cudaError_t hm_tg_launch(const hm_params &prm, int64_t groups, cudaStream_t stream) {
   static dsa_smem_cache cache;
-  return dsa_launch_smem_cluster(hm_attention_kernel<FP8, false, TG>, &cache, dim3((unsigned)groups), HM_THREADS,
-                                 HM_SMEM, stream, true, 0u, prm);
+  return dsa_launch_smem_cluster(hm_attention_kernel<FP8, false, CONVERTED, TG>, &cache, dim3((unsigned)groups),
+                                 HM_THREADS, HM_SMEM, stream, true, 0u, prm);
+}
+
+template <int TG>
+static cudaError_t hm_tg_launch_of(bool fp8, bool converted, const hm_params &prm, int64_t groups, cudaStream_t stream) {
+  if (!fp8) return hm_tg_launch<false, false, TG>(prm, groups, stream);
+  return converted ? hm_tg_launch<true, true, TG>(prm, groups, stream) : hm_tg_launch<true, false, TG>(prm, groups, stream);
 }
 
 extern "C" int dsa_attention_token_groups_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl,
@@ -1274,8 +1326,13 @@ extern "C" int dsa_attention_token_groups_launch(const dsa_sparse_mla_args *a, c
   const int G = pl->token_group, H = a->num_heads; /* H: the template's heads a token (8, 16, 32) */
   const int64_t all = ((int64_t)a->num_tokens + G - 1) / G;
   const dsa_tg_layout lay = dsa_tg_layout_of(a, pl->tg_groups);
-  uint8_t *ws = (uint8_t *)workspace;
+  const bool fp8 = a->kv_format == DSA_KV_FP8_PACKED, converted = fp8 && pl->convert_rows;
   hm_params prm = hm_params_of(a, pl);
+  if (converted) {
+    const cudaError_t e = hm_convert_rows(a, prm, workspace, stream);
+    if (e != cudaSuccess) return (int)e;
+  }
+  uint8_t *ws = (uint8_t *)workspace + dsa_plan_attention_converted_bytes(a, pl); /* the unions */
   prm.num_heads = HM_HEADS; /* a group: a token of 64 heads */
   prm.num_groups = 1;
   prm.splits = 1;
@@ -1284,17 +1341,16 @@ extern "C" int dsa_attention_token_groups_launch(const dsa_sparse_mla_args *a, c
   prm.io.indices_stride = lay.cap;
   prm.io.lens = (const int32_t *)(ws + lay.counts_off);
   prm.tg_masks = ws + lay.masks_off;
-  const bool fp8 = a->kv_format == DSA_KV_FP8_PACKED;
   for (int64_t g0 = 0; g0 < all; g0 += pl->tg_groups) {
     const int64_t n = all - g0 < pl->tg_groups ? all - g0 : pl->tg_groups;
-    int err = dsa_attention_tg_union_launch(a, g0, n, &lay, workspace, stream);
+    int err = dsa_attention_tg_union_launch(a, g0, n, &lay, ws, stream);
     if (err) return err;
     prm.token_offset = g0;
     prm.num_units = n;
     cudaError_t e;
-    if (H == 8) e = fp8 ? hm_tg_launch<true, 8>(prm, n, stream) : hm_tg_launch<false, 8>(prm, n, stream);
-    else if (H == 16) e = fp8 ? hm_tg_launch<true, 16>(prm, n, stream) : hm_tg_launch<false, 16>(prm, n, stream);
-    else e = fp8 ? hm_tg_launch<true, 32>(prm, n, stream) : hm_tg_launch<false, 32>(prm, n, stream);
+    if (H == 8) e = hm_tg_launch_of<8>(fp8, converted, prm, n, stream);
+    else if (H == 16) e = hm_tg_launch_of<16>(fp8, converted, prm, n, stream);
+    else e = hm_tg_launch_of<32>(fp8, converted, prm, n, stream);
     if (e != cudaSuccess) return (int)e;
   }
   return 0;
@@ -1304,27 +1360,18 @@ extern "C" int dsa_attention_heads_as_m_launch(const dsa_sparse_mla_args *a, con
                                                void *workspace, cudaStream_t stream) {
   if (a->num_tokens <= 0) return 0;
   hm_params prm = hm_params_of(a, pl);
-  const bool fp8 = a->kv_format == DSA_KV_FP8_PACKED;
+  const bool fp8 = a->kv_format == DSA_KV_FP8_PACKED, seesaw = pl->kernel == DSA_ATTN_SEESAW;
   cudaError_t err;
-  if (fp8 && pl->convert_rows) { /* the seesaw: the slots converted into the workspace, then copied */
-    const int64_t slots = prm.io.num_slots;
-    uint8_t *rows = (uint8_t *)workspace;
-    float *colf = (float *)(rows + DSA_CONVERTED_COLF_OFF(slots));
-    if (slots > 0) {
-      const int64_t blocks = (slots + HM_CONVERT_THREADS / 32 - 1) / (HM_CONVERT_THREADS / 32);
-      err = dsa_launch(hm_convert_rows_kernel, dim3((unsigned)blocks), HM_CONVERT_THREADS, 0, stream, false,
-                       (const uint8_t *)a->kv_cache, slots, rows, colf);
-      if (err != cudaSuccess) return (int)err;
-    }
-    prm.io.kv = rows;
-    prm.io.kv_stride = MLA_QK_DIM;
-    prm.colf_rows = colf;
-    err = hm_launch<true, true>(prm, a->num_tokens, pl->ctas, stream);
+  if (fp8 && pl->convert_rows) { /* the slots converted into the workspace, then copied */
+    err = hm_convert_rows(a, prm, workspace, stream);
+    if (err != cudaSuccess) return (int)err;
+    err = seesaw ? hm_launch<true, true, true>(prm, a->num_tokens, pl->ctas, stream)
+                 : hm_launch<true, false, true>(prm, a->num_tokens, pl->ctas, stream);
   } else if (fp8)
-    err = hm_launch<true, false>(prm, a->num_tokens, pl->ctas, stream);
-  else if (pl->kernel == DSA_ATTN_SEESAW)
-    err = hm_launch<false, true>(prm, a->num_tokens, pl->ctas, stream);
+    err = hm_launch<true, false, false>(prm, a->num_tokens, pl->ctas, stream);
+  else if (seesaw)
+    err = hm_launch<false, true, false>(prm, a->num_tokens, pl->ctas, stream);
   else
-    err = hm_launch<false, false>(prm, a->num_tokens, pl->ctas, stream);
+    err = hm_launch<false, false, false>(prm, a->num_tokens, pl->ctas, stream);
   return (int)err;
 }

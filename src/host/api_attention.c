@@ -56,27 +56,43 @@ dsa_status dsa_sparse_mla_workspace_size(const dsa_sparse_mla_args *a, size_t *b
   const char *fn = "dsa_sparse_mla_workspace_size";
   if (!bytes) return dsa_fail(DSA_ERR_NULL_POINTER, "%s: bytes is NULL", fn);
   CHECK(check_mla(fn, a, 0));
-  *bytes = dsa_plan_attention_workspace_bound(a, dsa_choose_attention(a, 1));
+  const int kernel = dsa_choose_attention(a, 1);
+  *bytes = dsa_plan_attention_workspace_bound(a, kernel, dsa_choose_attention_convert(a, kernel));
   return DSA_OK;
+}
+
+/* The kernel and whether packed FP8 rows are converted first, for a workspace of ws_bytes: the table's
+ * choice with the most workspace (what the size query reports), else without the conversion, else without
+ * token groups (with, then without, a conversion), each needing less; *need: the choice's bound. */
+static int mla_choose_fitting(const dsa_sparse_mla_args *a, size_t ws_bytes, int *convert, size_t *need) {
+  int kernel = dsa_choose_attention(a, 1);
+  for (int pass = 0; pass < 2; ++pass) {
+    *convert = dsa_choose_attention_convert(a, kernel);
+    *need = dsa_plan_attention_workspace_bound(a, kernel, *convert);
+    if (ws_bytes < *need && *convert && kernel != DSA_ATTN_SEESAW) {
+      *convert = 0;
+      *need = dsa_plan_attention_workspace_bound(a, kernel, 0);
+    }
+    if (ws_bytes >= *need || kernel != DSA_ATTN_TOKEN_GROUPS) break;
+    kernel = dsa_choose_attention(a, 0); /* the same when DSA_KERNEL forces them */
+  }
+  return kernel;
 }
 
 dsa_status dsa_sparse_mla(const dsa_sparse_mla_args *a, void *ws, size_t ws_bytes, cudaStream_t stream) {
   const char *fn = "dsa_sparse_mla";
   CHECK(check_mla(fn, a, 1));
   if (a->num_tokens == 0) return DSA_OK;
-  /* Checked against the size the query reports (every device's plan fits it); token groups, where
-   * the table picks them and the workspace cannot hold their unions, give way to the kernel it picks
-   * without them (which needs none at their sizes). */
-  int kernel = dsa_choose_attention(a, 1);
-  size_t need = dsa_plan_attention_workspace_bound(a, kernel);
-  if (ws_bytes < need && kernel == DSA_ATTN_TOKEN_GROUPS) {
-    kernel = dsa_choose_attention(a, 0); /* the same when DSA_KERNEL forces them */
-    need = dsa_plan_attention_workspace_bound(a, kernel);
-  }
+  /* Checked against the size the query reports (every device's plan fits it); packed FP8 rows converted
+   * first, then token groups, where the workspace cannot hold the rows or the unions, give way to the
+   * choice without them (which needs none at their sizes). */
+  int convert;
+  size_t need;
+  const int kernel = mla_choose_fitting(a, ws_bytes, &convert, &need);
   CHECK(check_workspace(fn, ws, ws_bytes, need));
   CHECK(dsa_choose_ready(fn));
   dsa_device_info dev;
   CHECK(dsa_need_device_info(fn, &dev));
-  const dsa_attention_plan plan = dsa_plan_attention(a, &dev, kernel);
+  const dsa_attention_plan plan = dsa_plan_attention(a, &dev, kernel, convert);
   return dsa_cuda_status(fn, dsa_attention_launch(a, &plan, ws, stream));
 }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "host/plan.h"
 #include "host/status.h"
 
 /* ---- the override ---------------------------------------------------------------------------- */
@@ -334,6 +335,28 @@ int dsa_choose_attention(const dsa_sparse_mla_args *a, int token_groups) {
   /* mma_split: one token and small batches (decode 1 token x 16 / 64 / 128 heads 11.4 / 13.6 /
    * 17.2 us, the index list split over CTAs and combined) */
   return DSA_ATTN_MMA_SPLIT;
+}
+
+/* Packed FP8 KV read many times over (prefill: every token of a chunk reads the same context): heads_as_m
+ * and token groups first convert every cache slot once into the workspace as the f16 rows their FP8
+ * producer would make (hm_convert_rows_kernel: the same bits, so the same results), and their producer
+ * then only copies rows, as over bf16 KV. Chosen where the call's entries (tokens x topk x head groups)
+ * are at least CONVERT_MIN_READS times the slots and the rows take at most DSA_CONVERT_WORKSPACE_CAP;
+ * given less workspace the call runs unconverted. H100, 2026-12-06, unconverted -> converted, us
+ * (docs/bench/attn-converted-h100-2026-12-06/): prefill 4096 x 128 heads over its 16k context (512 reads
+ * a slot) 5,650 -> 4,885; GLM's 4096-token chunk over 128k (64) 2,930 -> 2,550 distinct, 1,190 -> 1,066
+ * 90 % shared, at 8 heads 2,870 -> 2,520 / 990 -> 943; but prefill 64 x 128 heads over 16k (16 a slot)
+ * 91.9 -> 94.8, converted with the factors by cp.async (a form as fast as this one at 4096 x 128): hence
+ * 32. Decode batches over a pool read each slot well under once: never. */
+#define CONVERT_MIN_READS 32
+
+int dsa_choose_attention_convert(const dsa_sparse_mla_args *a, int kernel) {
+  if (a->kv_format != DSA_KV_FP8_PACKED) return 0;
+  if (kernel == DSA_ATTN_SEESAW) return 1; /* its consumers hold the registers a converting producer needs */
+  if (kernel != DSA_ATTN_HEADS_AS_M && kernel != DSA_ATTN_TOKEN_GROUPS) return 0;
+  const int64_t slots = a->num_slots < DSA_ATTN_SLOTS_CAP ? a->num_slots : DSA_ATTN_SLOTS_CAP;
+  const int64_t reads = (int64_t)a->num_tokens * a->topk * ((a->num_heads + 63) / 64);
+  return slots > 0 && reads >= CONVERT_MIN_READS * slots && dsa_plan_attention_rows_bytes(a) <= DSA_CONVERT_WORKSPACE_CAP;
 }
 
 /* ---- context parallelism: the merge of the ranks' candidate lists (dsa_topk_merge) ------------ */

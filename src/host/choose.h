@@ -43,6 +43,10 @@ void dsa_choose_topk(dsa_topk_params *p);
  * plans fit the split to the device); token_groups = 0: the choice where the workspace cannot hold
  * token groups' unions (a kernel that needs none, unless DSA_KERNEL forces one). */
 int dsa_choose_attention(const dsa_sparse_mla_args *a, int token_groups);
+/* Stage 3 with packed FP8 KV: 1 where `kernel`'s call converts the cache's rows into the workspace first
+ * (heads_as_m and token groups when the rows are read many times over, the seesaw always), given the
+ * workspace (dsa_plan_attention_workspace_bound). */
+int dsa_choose_attention_convert(const dsa_sparse_mla_args *a, int kernel);
 
 /* Context parallelism's merge (dsa_topk_merge): a dsa_merge_kernel for checked args a. */
 int dsa_choose_merge(const dsa_topk_merge_args *a);

@@ -277,7 +277,7 @@ static dsa_attention_plan mla_plan_rows_as_m(const dsa_sparse_mla_args *a, const
 
 /* heads_as_m: CTAs of (token, 64 heads); below a wave the chunks of a (token, group) are split over a cluster
  * of 2 to 8 CTAs merged through distributed shared memory. */
-static dsa_attention_plan mla_plan_heads_as_m(const dsa_sparse_mla_args *a, const dsa_device_info *dev) {
+static dsa_attention_plan mla_plan_heads_as_m(const dsa_sparse_mla_args *a, const dsa_device_info *dev, int convert) {
   dsa_attention_plan pl = mla_plan_unsplit(a, DSA_ATTN_HEADS_AS_M, 4);
   const int64_t units = mla_units(a, pl.groups);
   mla_pick_cluster_split(&pl, units, dev, mla_cost_heads_as_m);
@@ -286,8 +286,10 @@ static dsa_attention_plan mla_plan_heads_as_m(const dsa_sparse_mla_args *a, cons
    * unit, 128 x 128 heads 166.2 -> 158.9 us, 256 x 64 241.5 -> 235.3, 4096 x 128 4,796 -> 4,731
    * (docs/bench/attn-persistent-bf16-h100-2026-12-05/). FP8 KV's producer-bound chunks hide the change
    * (128 x 128 202.8 -> 202.3) and its static order lost to the hardware's (200 x 32 heads 189.4 ->
-   * 196.5), so a CTA a unit there. */
-  if (pl.splits == 1 && a->kv_format != DSA_KV_FP8_PACKED) {
+   * 196.5), so a CTA a unit there; FP8 rows converted first are copied as bf16 ones are, persistent too.
+   * convert: packed FP8 rows converted into the workspace first (the producer copies them). */
+  pl.convert_rows = convert;
+  if (pl.splits == 1 && (a->kv_format != DSA_KV_FP8_PACKED || convert)) {
     const int64_t sms = dev->num_sms > 0 ? dev->num_sms : 1;
     pl.ctas = (int)(units < sms ? units : sms);
   }
@@ -331,21 +333,23 @@ static int mla_mma_split_max_mt(const dsa_sparse_mla_args *a) {
  * (dev/attention_mma_split_trace.cu, docs/PERF.md): a CTA of 64 heads takes about twice a CTA of 16. */
 static int64_t mla_mma_split_chunk_weight(int mt) { return mt == 1 ? 2 : mt == 2 ? 3 : 4; }
 
-dsa_attention_plan dsa_plan_attention(const dsa_sparse_mla_args *a, const dsa_device_info *dev, int kernel) {
+dsa_attention_plan dsa_plan_attention(const dsa_sparse_mla_args *a, const dsa_device_info *dev, int kernel,
+                                      int convert) {
+  const int fp8 = a->kv_format == DSA_KV_FP8_PACKED;
   if (kernel == DSA_ATTN_ROWS_AS_M) return mla_plan_rows_as_m(a, dev);
-  if (kernel == DSA_ATTN_HEADS_AS_M) return mla_plan_heads_as_m(a, dev);
+  if (kernel == DSA_ATTN_HEADS_AS_M) return mla_plan_heads_as_m(a, dev, fp8 && convert);
   if (kernel == DSA_ATTN_TOKEN_GROUPS) { /* 64 / H tokens a CTA, unsplit; other head counts: heads_as_m */
-    if (!mla_token_group(a)) return mla_plan_heads_as_m(a, dev);
+    if (!mla_token_group(a)) return mla_plan_heads_as_m(a, dev, fp8 && convert);
     dsa_attention_plan pl = mla_plan_unsplit(a, DSA_ATTN_TOKEN_GROUPS, 4);
     pl.token_group = mla_token_group(a);
     pl.tg_groups = mla_tg_groups(a);
+    pl.convert_rows = fp8 && convert;
     return pl;
   }
   if (kernel == DSA_ATTN_SEESAW) { /* heads_as_m's CTAs and splits, its seesaw consumers */
-    dsa_attention_plan pl = mla_plan_heads_as_m(a, dev);
+    dsa_attention_plan pl = mla_plan_heads_as_m(a, dev, fp8);
     pl.kernel = DSA_ATTN_SEESAW;
     pl.ctas = 0; /* its consumers take one unit a CTA */
-    pl.convert_rows = a->kv_format == DSA_KV_FP8_PACKED; /* its producer copies rows: FP8 ones converted first */
     return pl;
   }
   int num_sms = dev->num_sms;
@@ -376,35 +380,35 @@ static size_t mla_split_bytes(const dsa_sparse_mla_args *a, int64_t splits) {
          (MLA_V_DIM * sizeof(float) + 2 * sizeof(float));
 }
 
-/* The converted rows and their factors (dsa_attention_plan.convert_rows). */
-static size_t mla_converted_bytes(const dsa_sparse_mla_args *a) {
-  const int64_t slots = a->num_slots < DSA_ATTN_SLOTS_CAP ? a->num_slots : DSA_ATTN_SLOTS_CAP; /* the kernel's count */
-  return DSA_CONVERTED_COLF_OFF(slots) + (size_t)slots * sizeof(float);
-}
-
 size_t dsa_plan_attention_workspace(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl) {
   if (a->num_tokens <= 0) return 0;
-  if (pl->convert_rows) return mla_converted_bytes(a);
-  if (pl->kernel == DSA_ATTN_TOKEN_GROUPS) return dsa_tg_layout_of(a, pl->tg_groups).total;
-  if (pl->splits <= 1 || pl->kernel != DSA_ATTN_MMA_SPLIT) return 0;
-  return mla_split_bytes(a, pl->splits);
+  const size_t rows = dsa_plan_attention_converted_bytes(a, pl);
+  if (pl->kernel == DSA_ATTN_TOKEN_GROUPS) return rows + dsa_tg_layout_of(a, pl->tg_groups).total;
+  if (pl->splits <= 1 || pl->kernel != DSA_ATTN_MMA_SPLIT) return rows;
+  return rows + mla_split_bytes(a, pl->splits);
 }
 
 /* Any plan for s <= DSA_PLAN_MAX_SMS SMs splits only when units < s, and then into at most
  * 2 s / units (and num_blocks) pieces, units counted at the widest head tile (the fewest): that many
  * splits is an upper bound for every device and tile. The seesaw over packed FP8 KV needs the
  * converted rows instead. */
-size_t dsa_plan_attention_workspace_bound(const dsa_sparse_mla_args *a, int kernel) {
+size_t dsa_plan_attention_workspace_bound(const dsa_sparse_mla_args *a, int kernel, int convert) {
   if (a->num_tokens <= 0) return 0;
-  /* the seesaw over packed FP8 KV converts the cache's rows */
-  if (a->kv_format == DSA_KV_FP8_PACKED && kernel == DSA_ATTN_SEESAW) return mla_converted_bytes(a);
+  const int fp8 = a->kv_format == DSA_KV_FP8_PACKED;
+  /* packed FP8 rows converted first: heads_as_m (and token groups) when asked to, the seesaw always; the
+   * cluster kernels need nothing else */
+  const size_t rows = fp8 && (kernel == DSA_ATTN_SEESAW ||
+                              (convert && (kernel == DSA_ATTN_HEADS_AS_M || kernel == DSA_ATTN_TOKEN_GROUPS)))
+                          ? dsa_plan_attention_rows_bytes(a)
+                          : 0;
   /* token groups: their unions (their plan takes nothing from the device) */
   if (kernel == DSA_ATTN_TOKEN_GROUPS && mla_token_group(a))
-    return dsa_tg_layout_of(a, mla_tg_groups(a)).total;
+    return rows + dsa_tg_layout_of(a, mla_tg_groups(a)).total;
+  if (kernel == DSA_ATTN_SEESAW && fp8) return rows;
   const dsa_attention_plan pl = mla_plan_mma_split(a, DSA_PLAN_MAX_SMS, mla_mma_split_max_mt(a)); /* the others need none */
   const int64_t units = (int64_t)a->num_tokens * pl.groups;
-  if (units >= DSA_PLAN_MAX_SMS) return 0;
+  if (units >= DSA_PLAN_MAX_SMS) return rows;
   int64_t splits = 2 * DSA_PLAN_MAX_SMS / units;
   if (splits > pl.num_blocks) splits = pl.num_blocks;
-  return splits > 1 ? mla_split_bytes(a, splits) : 0;
+  return rows + (splits > 1 ? mla_split_bytes(a, splits) : 0);
 }

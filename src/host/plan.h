@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config.h"
 #include "dsa.h"
 #include "host/status.h"
 
@@ -74,8 +75,9 @@ typedef struct {
   int splits;           /* CTAs per (token, group); mma_split: > 1 needs the workspace and a combine;
                            rows_as_m and heads_as_m: the cluster size (<= 8), no workspace */
   int blocks_per_split;
-  int convert_rows;     /* seesaw with packed FP8 KV: every cache slot converted once into the workspace
-                           as the f16 tile rows heads_as_m's FP8 producer makes (mla_converted_bytes) */
+  int convert_rows;     /* packed FP8 KV (heads_as_m, token groups, the seesaw): every cache slot converted
+                           once into the workspace's start as the f16 tile rows heads_as_m's FP8 producer
+                           makes (dsa_plan_attention_converted_bytes), then copied as bf16 rows are */
   int ctas;             /* heads_as_m unsplit: a persistent grid of this many CTAs, each looping over
                            units (token, group); 0: a CTA per unit and split */
   int token_group;      /* token groups: tokens a group (64 / heads); 0 otherwise */
@@ -105,18 +107,35 @@ static inline dsa_tg_layout dsa_tg_layout_of(const dsa_sparse_mla_args *a, int64
  * call's groups fit), and so the groups a launch. */
 #define DSA_TG_WORKSPACE_CAP ((size_t)64 << 20)
 /* The plan of `kernel` (dsa_attention_kernel) for a call on the device `dev` describes (its SMs, and for
- * rows_as_m and heads_as_m the CTAs its clusters keep resident). */
-dsa_attention_plan dsa_plan_attention(const dsa_sparse_mla_args *a, const dsa_device_info *dev, int kernel);
-/* The converted rows of a seesaw plan over packed FP8 KV: num_slots rows of 576 16-bit values, then
- * num_slots float factors 2^K (the 256-byte aligned start of the factors: DSA_CONVERTED_COLF_OFF). */
+ * rows_as_m and heads_as_m the CTAs its clusters keep resident); convert: packed FP8 rows converted
+ * first (dsa_choose_attention_convert; heads_as_m and token groups only, the seesaw always). */
+dsa_attention_plan dsa_plan_attention(const dsa_sparse_mla_args *a, const dsa_device_info *dev, int kernel,
+                                      int convert);
+/* The converted rows of packed FP8 KV: num_slots rows of 576 16-bit values, then num_slots float factors
+ * 2^K (the 256-byte aligned start of the factors: DSA_CONVERTED_COLF_OFF), at the workspace's start. */
 #define DSA_CONVERTED_ROW_BYTES (DSA_MLA_QK_DIM * 2)
 #define DSA_CONVERTED_COLF_OFF(num_slots) ((((size_t)(num_slots) * DSA_CONVERTED_ROW_BYTES) + 255) & ~(size_t)255)
-/* Scratch bytes a plan needs: the split partials (0 for one split), or the converted rows. */
+/* Converting packed FP8 rows first is chosen only where those rows and factors take at most this much
+ * (about 232k slots: a prefill context of up to ~200k tokens passed as the cache). */
+#define DSA_CONVERT_WORKSPACE_CAP ((size_t)256 << 20)
+/* The converted rows' bytes for a call (256-byte multiple): all of num_slots (capped at
+ * DSA_ATTN_SLOTS_CAP as the kernels count them). */
+static inline size_t dsa_plan_attention_rows_bytes(const dsa_sparse_mla_args *a) {
+  const int64_t slots = a->num_slots < DSA_ATTN_SLOTS_CAP ? a->num_slots : DSA_ATTN_SLOTS_CAP;
+  return (DSA_CONVERTED_COLF_OFF(slots) + (size_t)slots * sizeof(float) + 255) & ~(size_t)255;
+}
+/* The converted rows' bytes a plan takes at the workspace's start: dsa_plan_attention_rows_bytes, or 0
+ * where it converts nothing. */
+static inline size_t dsa_plan_attention_converted_bytes(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl) {
+  return pl->convert_rows && a->num_tokens > 0 ? dsa_plan_attention_rows_bytes(a) : 0;
+}
+/* Scratch bytes a plan needs: the converted rows, then the split partials (0 for one split) or token
+ * groups' unions. */
 size_t dsa_plan_attention_workspace(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl);
-/* The most any plan of `kernel` (a dsa_attention_kernel) for <= DSA_PLAN_MAX_SMS SMs needs, so it is
- * known without a device and holds on every sm_90 part; dsa_sparse_mla_workspace_size reports it for
- * dsa_choose_attention(a, 1). */
-size_t dsa_plan_attention_workspace_bound(const dsa_sparse_mla_args *a, int kernel);
+/* The most any plan of `kernel` (a dsa_attention_kernel, converting as `convert` says) for <=
+ * DSA_PLAN_MAX_SMS SMs needs, so it is known without a device and holds on every sm_90 part;
+ * dsa_sparse_mla_workspace_size reports it for the choice with the most workspace (host/api_attention.c). */
+size_t dsa_plan_attention_workspace_bound(const dsa_sparse_mla_args *a, int kernel, int convert);
 
 #ifdef __cplusplus
 }

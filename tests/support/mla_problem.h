@@ -26,6 +26,9 @@ typedef struct {
   int check_determinism;
   double share;           /* each entry of token t > 0 (within lens) is token t - 1's with this
                              probability, as neighbouring prefill tokens share rows (token groups) */
+  int converted;          /* packed FP8 read many times over: the library converts the rows into the
+                             workspace first (dsa.h); the test also runs it with the workspace less those
+                             rows (unconverted) and requires the same bits */
   uint64_t seed;
 } mla_case;
 

@@ -424,10 +424,15 @@ int dsa_attention_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan 
           a->num_heads);
   REQUIRE(pl->splits >= 1 && pl->splits <= pl->num_blocks && pl->blocks_per_split * pl->splits >= pl->num_blocks,
           "mla plan splits %d x %d blocks of %d", pl->splits, pl->blocks_per_split, pl->num_blocks);
-  REQUIRE(!pl->convert_rows || (pl->kernel == DSA_ATTN_SEESAW && a->kv_format == DSA_KV_FP8_PACKED),
+  REQUIRE(!pl->convert_rows || ((pl->kernel == DSA_ATTN_SEESAW || pl->kernel == DSA_ATTN_HEADS_AS_M ||
+                                  pl->kernel == DSA_ATTN_TOKEN_GROUPS) &&
+                                 a->kv_format == DSA_KV_FP8_PACKED),
           "mla converted rows for kernel %d", pl->kernel);
+  REQUIRE(pl->kernel != DSA_ATTN_SEESAW || pl->convert_rows == (a->kv_format == DSA_KV_FP8_PACKED),
+          "mla seesaw converts exactly the packed FP8 rows");
   const size_t need = dsa_plan_attention_workspace(a, pl);
-  const size_t bound = dsa_plan_attention_workspace_bound(a, dsa_choose_attention(a, 1)); /* the size query's */
+  const int chosen = dsa_choose_attention(a, 1);
+  const size_t bound = dsa_plan_attention_workspace_bound(a, chosen, dsa_choose_attention_convert(a, chosen)); /* the size query's */
   REQUIRE(need <= bound, "mla plan needs %zu > the queried bound %zu", need, bound);
   if (need > 0)
     REQUIRE(workspace && !misaligned(workspace, 256) && in_workspace(workspace) && fits_workspace(workspace, need),
@@ -440,6 +445,7 @@ int dsa_attention_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan 
   s->mla_need = need;
   s->mla_kernel = pl->kernel;
   s->mla_ctas = pl->ctas;
+  s->mla_convert = pl->convert_rows;
   return 0;
 }
 

@@ -43,6 +43,7 @@ typedef struct {
   size_t mla_need;          /* its workspace need */
   int mla_kernel;           /* its kernel: a dsa_attention_kernel (kernels.h) */
   int mla_ctas;             /* its persistent grid (heads_as_m unsplit), 0: a CTA per unit */
+  int mla_convert;          /* its packed FP8 rows converted into the workspace first */
   int scores_kernel;        /* the last scores launch's dsa_scores_kernel */
   int topk_kernel;          /* the last plain (non-deferred) top-k launch's dsa_topk_kernel */
   int topk_cluster;         /* and its CTAs a row */
