@@ -1,19 +1,21 @@
 #!/usr/bin/env python3
-"""seesaw_protocol_model.py — the synchronisation of heads_as_m's seesaw consumers
-(src/attention/heads_as_m.cu: hm_consume_seesaw, hm_seesaw_other_pv, hm_produce_bf16) replayed as
-three processes — the producer and the two consumer warpgroups, each a unit of 128 threads — under
-random schedules, on the CPU. Checked on every schedule, for chunk counts 0..9:
+"""seesaw_protocol_model.py — the synchronisation of heads_as_m's seesaw (src/attention/heads_as_m.cu:
+hm_consume_seesaw, hm_pair_qk, hm_produce_pairs; FlashMLA's paired prefill schedule) replayed as three
+processes — the producer and the two consumer warpgroups, each a unit of 128 threads — under random
+schedules, on the CPU. Chunks go in pairs (2i in tile 0, 2i + 1 in tile 1; an odd count ends with a pair
+whose tile 1 holds no rows); each tile is two halves, L (dims 0-255) and R (256-575, the rope in it),
+each with a full and an empty barrier. Checked on every schedule, for chunk counts 0..9:
 
   - no deadlock (every process finishes);
   - a named barrier phase is completed by one arrival of each warpgroup, never two of one (the
     hardware counts threads: a second bar.arrive of the same warpgroup before the other's bar.sync
     would complete the phase without it);
-  - every read of the shared m / alpha / P buffers sees the chunk it is meant to (the value the
-    barrier chain promises), and no write overwrites a value its reader has not read yet;
-  - a tile is refilled only after both warpgroups released it, and read only while it holds the
-    chunk being processed;
-  - at the end, each warpgroup has accumulated every chunk on its half, every tile use was released
-    by both, and no named barrier is left with a pending arrival.
+  - every read of the shared m buffer, of P0 (kept in tile 0's rope segment) and of P1 sees the pair
+    it is meant to, and no write overwrites a value its reader has not read yet;
+  - a half is refilled only after its last reader released it, and read only while it holds the
+    chunk being processed (P0's segment included: written and read while tile 0's R holds chunk 2i);
+  - at the end, each warpgroup has accumulated every chunk on its half, every half use was released,
+    and no named barrier is left with a pending arrival.
 
 It models the order of the kernel's steps, not their data; keep it in step with the kernel.
 
@@ -26,23 +28,28 @@ class Deadlock(Exception):
     pass
 
 
+L, R = 0, 1
+
+
 class Model:
     def __init__(self, n, rng):
         self.n = n
+        self.pairs = (n + 1) // 2
         self.rng = rng
         self.bar = {}  # named barrier id -> set of warpgroups arrived in the current phase
         self.bar_done = {}  # id -> completed phases
-        self.full = [0, 0]  # producer arrivals on full[b] (completed phases)
-        self.empty = [0, 0]  # consumer arrivals on empty[b] (each phase needs 2)
-        self.tile = [None, None]  # chunk held by tile b
-        self.m = None  # chunk whose m / alpha the buffers hold
-        self.m_read = True  # the reader has read it
-        self.p = None  # chunk whose P the buffer holds
-        self.p_read = True
+        self.full = {(t, h): 0 for t in (0, 1) for h in (L, R)}  # published uses
+        self.empty = {(t, h): 0 for t in (0, 1) for h in (L, R)}  # released uses
+        self.half = {(t, h): None for t in (0, 1) for h in (L, R)}  # chunk the half holds
+        self.m = None  # (pair, writer) whose m the buffer holds
+        self.m_read = True
+        self.p0 = None  # pair whose P0 tile 0's rope segment holds
+        self.p0_read = True
+        self.p1 = None
+        self.p1_read = True
         self.errors = []
         self.pv = [set(), set()]  # chunks each warpgroup has accumulated on its O half
 
-    # ---- named barriers: bar.arrive (writer) / bar.sync (reader), one warpgroup each side ----
     def arrive(self, wg, bid):
         s = self.bar.setdefault(bid, set())
         if wg in s:
@@ -59,83 +66,133 @@ class Model:
         while self.bar_done.get(bid, 0) == before:
             yield
 
+    def holds(self, who, t, h, c):
+        if self.half[(t, h)] != c:
+            self.errors.append(f"{who}: tile {t} half {'LR'[h]} holds {self.half[(t, h)]}, chunk {c} expected")
+
+    def release(self, t, h):
+        self.empty[(t, h)] += 1
+
+
+# the producer's jobs in a pair: (tile, half)
+JOBS = [(0, L), (1, R), (0, R), (1, L)]
+
 
 def producer(M):
-    for c in range(M.n):
-        b = c & 1
-        # ring_wait_empty: the stage's previous use (chunk c - 2) released by both warpgroups
-        need = (c >> 1)  # completed empty phases before this use
-        while M.empty[b] < 2 * need:
+    pending = []  # issued, not yet published (the copies in flight)
+    for i in range(M.pairs):
+        for t, h in JOBS:
+            c = 2 * i + t
+            # ring_test_empty / ring_wait_empty: use i of the half needs use i - 1 released
+            if M.empty[(t, h)] < i:
+                for s in pending:  # publish what has landed before blocking
+                    M.full[s] += 1
+                pending = []
+                while M.empty[(t, h)] < i:
+                    yield
+            if M.half[(t, h)] is not None and M.half[(t, h)] != c - 2:
+                M.errors.append(f"half {(t, h)} refilled for chunk {c} while it holds {M.half[(t, h)]}")
+            M.half[(t, h)] = c
+            yield  # the copies issued
+            for s in pending:  # the one before has landed (cp.async.wait_group 1): published
+                M.full[s] += 1
+            pending = [(t, h)]
             yield
-        if M.tile[b] is not None and M.tile[b] != c - 2:
-            M.errors.append(f"tile {b} refilled for chunk {c} while it holds {M.tile[b]}")
-        M.tile[b] = c
-        M.full[b] += 1
+    for s in pending:
+        M.full[s] += 1
+
+
+def wait_full(M, t, h, i):
+    while M.full[(t, h)] < i + 1:
         yield
 
 
-def wait_full(M, c):
-    b = c & 1
-    while M.full[b] < (c >> 1) + 1:
+def wg0(M):
+    for i in range(M.pairs):
+        c0, c1 = 2 * i, 2 * i + 1
+        # hm_pair_qk: L, then R
+        yield from wait_full(M, 0, L, i)
+        M.holds("wg0 QK", 0, L, c0)
         yield
-    if M.tile[b] != c:
-        M.errors.append(f"chunk {c}: tile {b} holds {M.tile[b]}")
-
-
-def other_pv(M, j, c):
-    """hm_seesaw_other_pv: the other warpgroup's chunk c"""
-    yield from wait_full(M, c)
-    yield from M.sync(j, f"P{1 - j}->{j}")
-    if M.p != c:
-        M.errors.append(f"warpgroup {j}: P buffer holds {M.p}, PV of chunk {c} needs it")
-    M.p_read = True
-    yield  # the PV
-    M.pv[j].add(c)
-    if M.tile[c & 1] != c:
-        M.errors.append(f"warpgroup {j}: tile of chunk {c} refilled during its PV")
-    M.empty[c & 1] += 1
-
-
-def consumer(M, j):
-    for c in range(j, M.n, 2):
-        yield from wait_full(M, c)
-        yield  # QK(c)
-        if c > 0:
-            yield from M.sync(j, f"M{1 - j}->{j}")
-            if M.m != c - 1:
-                M.errors.append(f"warpgroup {j}, chunk {c}: m buffer holds chunk {M.m}, expected {c - 1}")
-            M.m_read = True
-        yield  # softmax(c)
+        yield from wait_full(M, 0, R, i)
+        M.holds("wg0 QK", 0, R, c0)
+        yield  # QK done; softmax
         if not M.m_read and M.m is not None:
-            M.errors.append(f"warpgroup {j}: m of chunk {c} overwrites chunk {M.m}'s before it was read")
-        M.m, M.m_read = c, False
-        M.arrive(j, f"M{j}->{1 - j}")
-        if c > 0:
-            yield from other_pv(M, j, c - 1)
-        if not M.p_read and M.p is not None:
-            M.errors.append(f"warpgroup {j}: P of chunk {c} overwrites chunk {M.p}'s before it was read")
-        M.p, M.p_read = c, False
-        M.arrive(j, f"P{j}->{1 - j}")
-        yield  # PV(c), P from registers
-        M.pv[j].add(c)
-        if M.tile[c & 1] != c:
-            M.errors.append(f"warpgroup {j}: tile of chunk {c} refilled during its own PV")
-        M.empty[c & 1] += 1
-    if M.n > 0 and ((M.n - 1) & 1) != j:  # the other's last chunk
-        c = M.n - 1
-        yield from M.sync(j, f"M{1 - j}->{j}")
-        if M.m != c:
-            M.errors.append(f"warpgroup {j}, tail: m buffer holds chunk {M.m}, expected {c}")
+            M.errors.append(f"wg0 pair {i}: m overwrites {M.m} before it was read")
+        M.m, M.m_read = (i, 0), False
+        M.arrive(0, "M0->1")
+        yield  # PV(P0, tile 0 L) from registers
+        M.holds("wg0 PV(P0)", 0, L, c0)
+        M.pv[0].add(c0)
+        M.release(0, L)
+        yield from M.sync(0, "M1->0")
+        if M.m != (i, 1):
+            M.errors.append(f"wg0 pair {i}: m buffer holds {M.m}, the pair's max expected")
         M.m_read = True
-        yield from other_pv(M, j, c)
-    # the epilogue barriers (both warpgroups sync)
-    yield from M.sync(j, "EPILOGUE")
+        # P0 into tile 0's rope segment
+        M.holds("wg0 P0 store", 0, R, c0)
+        if not M.p0_read and M.p0 is not None:
+            M.errors.append(f"wg0 pair {i}: P0 overwrites pair {M.p0}'s before it was read")
+        M.p0, M.p0_read = i, False
+        M.arrive(0, "P0->1")
+        yield
+        # PV(P1, tile 1 L)
+        yield from wait_full(M, 1, L, i)
+        yield from M.sync(0, "P1->0")
+        if M.p1 != i:
+            M.errors.append(f"wg0 pair {i}: P1 buffer holds {M.p1}")
+        M.p1_read = True
+        yield
+        M.holds("wg0 PV(P1)", 1, L, c1)
+        M.pv[0].add(c1)
+        M.release(1, L)
+    yield from M.sync(0, "EPILOGUE")
+
+
+def wg1(M):
+    for i in range(M.pairs):
+        c0, c1 = 2 * i, 2 * i + 1
+        # hm_pair_qk: R, then L
+        yield from wait_full(M, 1, R, i)
+        M.holds("wg1 QK", 1, R, c1)
+        yield
+        yield from wait_full(M, 1, L, i)
+        M.holds("wg1 QK", 1, L, c1)
+        yield
+        yield from M.sync(1, "M0->1")
+        if M.m != (i, 0):
+            M.errors.append(f"wg1 pair {i}: m buffer holds {M.m}, wg0's m expected")
+        M.m_read = True
+        yield  # softmax
+        # the quad read m before its lane 0 writes M (program order, __syncwarp)
+        M.m, M.m_read = (i, 1), False
+        M.arrive(1, "M1->0")
+        yield  # PV(P1, tile 1 R) issued; P1 stored
+        if not M.p1_read and M.p1 is not None:
+            M.errors.append(f"wg1 pair {i}: P1 overwrites pair {M.p1}'s before it was read")
+        M.p1, M.p1_read = i, False
+        yield from wait_full(M, 0, R, i)
+        yield from M.sync(1, "P0->1")
+        if M.p0 != i:
+            M.errors.append(f"wg1 pair {i}: P0 segment holds {M.p0}")
+        M.holds("wg1 PV(P0)", 0, R, c0)
+        M.arrive(1, "P1->0")
+        yield  # wgmma.wait_group 1: PV(P1) done
+        M.holds("wg1 PV(P1)", 1, R, c1)
+        M.pv[1].add(c1)
+        M.release(1, R)
+        yield  # wgmma.wait_group 0: PV(P0) done
+        M.p0_read = True
+        M.holds("wg1 PV(P0)", 0, R, c0)
+        M.pv[1].add(c0)
+        M.release(0, R)
+    yield from M.sync(1, "EPILOGUE")
 
 
 def run(n, seed):
     rng = random.Random(seed)
     M = Model(n, rng)
-    procs = {"producer": producer(M), "wg0": consumer(M, 0), "wg1": consumer(M, 1)}
+    procs = {"producer": producer(M), "wg0": wg0(M), "wg1": wg1(M)}
     live = dict(procs)
     idle = 0
     while live:
@@ -147,11 +204,13 @@ def run(n, seed):
         idle += 1
         if idle > 200000:
             raise Deadlock(f"n={n} seed={seed}: stuck in {sorted(live)}")
+    chunks = set(range(2 * M.pairs))  # an odd count's last pair: tile 1 without rows, still processed
     for j in (0, 1):
-        if M.pv[j] != set(range(n)):
-            M.errors.append(f"warpgroup {j} accumulated chunks {sorted(M.pv[j])} of {n}")
-    if sum(M.empty) != 2 * n:
-        M.errors.append(f"{sum(M.empty)} tile releases for {n} chunks")
+        if M.pv[j] != chunks:
+            M.errors.append(f"warpgroup {j} accumulated chunks {sorted(M.pv[j])} of {sorted(chunks)}")
+    for s in M.empty:
+        if M.empty[s] != M.pairs or M.full[s] != M.pairs:
+            M.errors.append(f"half {s}: {M.full[s]} uses published, {M.empty[s]} released, {M.pairs} pairs")
     pending = {b: s for b, s in M.bar.items() if s}
     if pending:
         M.errors.append(f"named barriers left with arrivals: {pending}")

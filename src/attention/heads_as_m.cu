@@ -25,13 +25,13 @@
  * with the P and alpha warpgroup 0 publishes (named barriers hm_barrier, bar.sync on both sides);
  * warpgroup 2 (hm_produce_bf16 / hm_produce_fp8) gathers rows into a two-tile full/empty mbarrier
  * ring (common/mbar_ring.cuh). Both consumers first stage Q (hm_load_q). Registers (setmaxnreg):
- * HM_REG_*. The seesaw (DSA_ATTN_SEESAW, hm_consume_seesaw) keeps the CTA and the plan but
- * alternates the consumers: warpgroup j runs QK + softmax of chunks c = j mod 2 and PV of every chunk
- * on its 256 dims, P of its own chunk from registers; its producer only copies rows (bf16, or packed
- * FP8 converted into the workspace first by hm_convert_rows_kernel), which leaves both consumers
- * 208 registers. Measured slower (bf16 128 x 128 decode 220 against 157 us, H200 2026-12-05): with
- * two tiles, chunk c + 2 loads only after the other warpgroup's PV of c, and the consumers wait on
- * the full barrier (ncu: 34.5 % of the kernel's warp samples there against 0.3 % in heads_as_m).
+ * HM_REG_*. The seesaw (DSA_ATTN_SEESAW, hm_consume_seesaw; forced only) keeps the CTA and the plan
+ * but pairs the chunks as FlashMLA's prefill does: warpgroup j runs QK + softmax of the pair's chunk
+ * in tile j and PV of both on its 256 dims, the tiles filled and freed by halves of dims
+ * (hm_produce_pairs, hm_half_ring); its producer only copies rows (bf16, or packed FP8 converted
+ * into the workspace first by hm_convert_rows_kernel), which leaves both consumers 208 registers.
+ * Measured (H100, 2026-12-06): prefill 1-4 % faster than heads_as_m, decode 128 x 128 heads 10 %
+ * slower (docs/PERF.md); dev/seesaw_protocol_model.py replays its synchronisation.
  * Packed FP8 KV read many times over (host/choose.c: prefill over its own context) is converted first, as
  * for the seesaw, and then copied by the bf16 producer (hm_produce_bf16<CONVERTED>) into the same FP8
  * consumers: the same bits as converting in the producer, at the copying producer's pace.
@@ -90,6 +90,7 @@ typedef struct {
   float colf[2][HM_ROWS];     /* FP8: the rows' power-of-two factor 2^K */
   float qexp[HM_HEADS];       /* FP8: the per-head q factor 2^e */
   uint64_t bar_full[2], bar_empty[2];
+  uint64_t bar_pair_full[4], bar_pair_empty[4]; /* the seesaw's tile halves (hm_half_ring) */
 } hm_smem;
 #define HM_Q_OFF ((int)offsetof(hm_smem, q))
 #define HM_TILE_OFF ((int)offsetof(hm_smem, tile))
@@ -100,10 +101,12 @@ typedef struct {
 #define HM_COLF_OFF ((int)offsetof(hm_smem, colf))
 #define HM_QEXP_OFF ((int)offsetof(hm_smem, qexp))
 #define HM_BAR_OFF ((int)offsetof(hm_smem, bar_full))
+#define HM_PBAR_OFF ((int)offsetof(hm_smem, bar_pair_full))
 #define HM_ML_OFF HM_ALPHA_OFF /* splits, after the chunks: float2 [64] (m, l) over alpha and l */
 #define HM_OST_OFF HM_TILE_OFF /* splits, after the chunks: the O staging over the tiles */
 static_assert(HM_TILE_OFF % 1024 == 0, "swizzle atoms");
 static_assert(offsetof(hm_smem, bar_empty) == HM_BAR_OFF + 16, "empty barriers follow the full ones");
+static_assert(offsetof(hm_smem, bar_pair_empty) == HM_PBAR_OFF + 32, "the halves' empty barriers follow their full ones");
 static_assert(64 * HM_OST * 4 <= 2 * HM_TILE, "O staging fits in the tiles");
 #define HM_SMEM (sizeof(hm_smem) + 1024) /* + slack to align the base to 1 KB (swizzle atoms) */
 static_assert(HM_SMEM <= 227 * 1024, "shared memory");
@@ -540,90 +543,183 @@ __device__ __forceinline__ void hm_consume_pv(const hm_params &p, const hm_ctx &
   else hm_store_out<TG>(p, x, o, h0, qd, 256, x.l_s[h0], x.l_s[h0 + 8]);
 }
 
-/* The other warpgroup's chunk c on this warpgroup's O half: its P from shared memory, O and the own
- * partial sums rescaled by its alpha first (chunks accumulate in order). */
-template <bool FP8>
-__device__ __forceinline__ void hm_seesaw_other_pv(float (&o)[128], float &l0, float &l1, const hm_ctx &x, int c,
-                                                   float ap0, float ap1, int bar_p_theirs, int dbase) {
-  const int b = (x.c0 + c) & 1;
-  ring_wait_full<2>(x.ring, x.c0 + c); /* complete already (the other waited on it); this thread's own acquire */
-  ptx_bar_sync(bar_p_theirs, 256); /* P(c) in shared memory */
-  hm_rescale(o, ap0, ap1);
-  hm_pv_issue<FP8>(o, x.p_u32, x.tile_u32 + b * HM_TILE, dbase);
-  ptx_wgmma_wait<0>();
-  ptx_reg_fence(o);
-  ptx_mbar_arrive(ring_empty(x.ring, b));
-  l0 *= ap0;
-  l1 *= ap1;
+/* QK k-steps [k0, k1) of tile kv_u32 into s (the first accumulates from zero where first); the caller
+ * commits and waits (hm_qk_tile's descriptors). */
+template <bool F16>
+__device__ __forceinline__ void hm_qk_steps(float (&s)[32], const hm_ctx &x, uint32_t kv_u32, int k0, int k1,
+                                            bool first) {
+  const uint64_t dq = ptx_wgmma_desc(x.q_u32, 128, HM_RG), dk = ptx_wgmma_desc_sw128(kv_u32, 16, 1024);
+#pragma unroll
+  for (int k = k0; k < k1; ++k)
+    hm_wgmma_n64(F16, s, dq + 16 * k, dk + (((k >> 2) * HM_SEG + (k & 3) * 32) >> 4), k > k0 || !first);
 }
 
-/* Seesaw consumers (DSA_ATTN_SEESAW): warpgroup j (0, 1) owns O dims [256j, 256j + 256) and runs the
- * QK and online softmax of the chunks c = j, j + 2, ... (FlashMLA's and TileLang's "seesaw"), so one
- * warpgroup's softmax runs under the other's QK and PV. Per own chunk c:
- *   QK(c); m and alpha of the other's chunk c - 1 (bar M, theirs); softmax(c) from that m; m and
- *   alpha of c to shared memory (bar M, mine); PV of the other's chunk c - 1 with its P from shared
- *   memory (bar P, theirs); P(c) to shared memory (bar P, mine); PV(c) with P from registers.
- * One buffer each for m, alpha and P serves both directions: a warpgroup overwrites a value only
- * after it has read the other's (program order) and the other has read its previous one (the M or P
- * barrier it waited on comes after that read). Each keeps the sums of its own chunks' P, rescaled by
- * every chunk's alpha; the total is the two. m lives in l_s during the chunks. */
+/* The seesaw's tile halves (its own ring, hm_pair_ring): a tile's dims 0-255 (segments 0-3, "L": what
+ * warpgroup 0's PVs read) and 256-575 (segments 4-8, "R": warpgroup 1's, and the rope), each with a
+ * full and an empty barrier, stage 2 t + h. */
+#define HM_HALF_L 0
+#define HM_HALF_R 1
+/* The seesaw's ring of tile halves: stage 2 t + h (hm_half_ring). */
+__device__ __forceinline__ mbar_ring hm_pair_ring_of(uint32_t s_u32) {
+  mbar_ring r;
+  r.full = s_u32 + HM_PBAR_OFF;
+  r.empty = r.full + 32;
+  return r;
+}
+__device__ __forceinline__ mbar_ring hm_half_ring(const mbar_ring &pr, int t, int h) {
+  mbar_ring r;
+  r.full = ring_full(pr, 2 * t + h);
+  r.empty = ring_empty(pr, 2 * t + h);
+  return r;
+}
+
+/* QK of the chunk in tile t by its warpgroup, halves in the order they land (warpgroup 0: L then R;
+ * warpgroup 1: R then L, as the producer fills them), the rope's k-steps last (FP8: after the latent
+ * sums are scaled by the rows' 2^K). */
 template <bool FP8>
-__device__ __forceinline__ void hm_consume_seesaw(const hm_params &p, const hm_ctx &x, int j, int w, int lane) {
+__device__ __forceinline__ void hm_pair_qk(float (&s)[32], float (&o)[128], const hm_ctx &x, const mbar_ring &pr,
+                                           int t, int use, int qd) {
+  const uint32_t kv = x.tile_u32 + t * HM_TILE;
+  const int kr_end = FP8 ? 32 : 36; /* the R half's k-steps before the rope's (FP8) */
+  ptx_wgmma_fence();
+  if (t == 0) {
+    ring_wait_full<1>(hm_half_ring(pr, 0, HM_HALF_L), use);
+    hm_qk_steps<FP8>(s, x, kv, 0, 16, true);
+    ring_wait_full<1>(hm_half_ring(pr, 0, HM_HALF_R), use);
+    hm_qk_steps<FP8>(s, x, kv, 16, kr_end, false);
+  } else {
+    ring_wait_full<1>(hm_half_ring(pr, 1, HM_HALF_R), use);
+    hm_qk_steps<FP8>(s, x, kv, 16, kr_end, true);
+    ring_wait_full<1>(hm_half_ring(pr, 1, HM_HALF_L), use);
+    hm_qk_steps<FP8>(s, x, kv, 0, 16, false);
+  }
+  ptx_wgmma_commit();
+  ptx_wgmma_wait<0>();
+  ptx_reg_fence(s);
+  if (FP8) { /* the latent sums times the rows' 2^K_r (exact), then the rope's k-steps on top, unscaled */
+    const float *colf = x.colf_s + t * HM_ROWS;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[4 * j + e] *= colf[8 * j + 2 * qd + (e & 1)];
+    ptx_wgmma_fence();
+    hm_qk_steps<false>(s, x, kv, 32, 36, false);
+    ptx_wgmma_commit();
+    ptx_wgmma_wait<0>();
+    ptx_reg_fence(s);
+  }
+  ptx_reg_fence(o);
+}
+
+/* 2^(m - M) of a running max m against the new M (-inf: 0, and M = -inf as 0) */
+__device__ __forceinline__ float hm_rescale_factor(float m, float M) { return ptx_ex2(m - (M == -INFINITY ? 0.f : M)); }
+
+/* Seesaw consumers (DSA_ATTN_SEESAW; FlashMLA's prefill schedule): the chunks go in pairs, chunk 2i in
+ * tile 0 and 2i + 1 in tile 1; warpgroup j owns O dims [256j, 256j + 256) and runs QK and the softmax of
+ * the pair's chunk in tile j, both at once. Per pair:
+ *   wg 0: QK(tile 0); softmax from its running max -> m0; m0 to shared memory (bar M 0->1); PV(P0,
+ *         tile 0's L) from registers; L half of tile 0 free; the pair's max M (bar M 1->0); P0, O and the
+ *         sums rescaled by 2^(m0 - M); P0 to tile 0's rope segment (free after QK) (bar P 0->1); PV(P1
+ *         from shared memory, tile 1's L) (bar P 1->0); tile 1's L free.
+ *   wg 1: QK(tile 1); m0 (bar M 0->1); softmax from max(m0, its chunk) = M, O and the sums rescaled from
+ *         the last pair's M; M to shared memory (bar M 1->0); PV(P1, tile 1's R) from registers; P1 to
+ *         the P area (bar P 1->0); PV(P0, tile 0's R) (bar P 0->1); tile 1's R, then tile 0's R free.
+ * Each half's release comes after every read of it (a chunk's QK precedes the P its PVs wait for), so
+ * the producer refills a half while the other is in use. One buffer for m serves both directions (each
+ * warpgroup reads the other's value before writing its own; the barriers order the rest); P0 and P1
+ * each have their own. Each warpgroup keeps the sums of its own chunks' P; the total is the two. m
+ * lives in l_s during the chunks. An odd count ends with a pair whose tile 1 holds no rows (all skipped:
+ * P1 = 0), so every pair runs the same code (wgmma under a branch is serialised, ptxas C7520). */
+template <bool FP8, int j>
+__device__ __forceinline__ void hm_consume_seesaw(const hm_params &p, const hm_ctx &x, int w, int lane) {
   const int g = lane >> 2, qd = lane & 3, h0 = 16 * w + g, dbase = 256 * j;
-  const int bar_m_mine = j ? HM_BAR_M_1TO0 : HM_BAR_M_0TO1, bar_m_theirs = j ? HM_BAR_M_0TO1 : HM_BAR_M_1TO0;
-  const int bar_p_mine = j ? HM_BAR_P_1TO0 : HM_BAR_P_0TO1, bar_p_theirs = j ? HM_BAR_P_0TO1 : HM_BAR_P_1TO0;
+  const mbar_ring pr = hm_pair_ring_of(x.q_u32 - HM_Q_OFF);
+  const uint32_t p0_u32 = x.tile_u32 + 8 * HM_SEG, p1_u32 = x.p_u32; /* P0 over tile 0's rope segment */
   float *m_s = x.l_s;
   float o[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
   const float qs0 = FP8 ? p.scale_log2 * x.qexp_s[h0] : 0.f, qs1 = FP8 ? p.scale_log2 * x.qexp_s[h0 + 8] : 0.f;
-  for (int c = j; c < x.n; c += 2) {
-    const int b = (x.c0 + c) & 1;
-    ring_wait_full<2>(x.ring, x.c0 + c);
-    const uint32_t kv_u32 = x.tile_u32 + b * HM_TILE;
-    float s[32];
-    hm_qk_tile<FP8>(s, o, x, kv_u32, b, qd);
-    float ap0 = 1.f, ap1 = 1.f; /* alpha of the other's chunk c - 1 */
-    if (c > 0) {
-      ptx_bar_sync(bar_m_theirs, 256); /* m and alpha after the other's chunk c - 1 */
-      m0 = m_s[h0];
-      m1 = m_s[h0 + 8];
-      ap0 = x.alpha_s[h0];
-      ap1 = x.alpha_s[h0 + 8];
-      __syncwarp(); /* the quad has read them before its lane 0 writes chunk c's */
+  for (int i = 0; 2 * i < x.n; ++i) {
+    if constexpr (j == 0) {
+      float s[32];
+      hm_pair_qk<FP8>(s, o, x, pr, 0, i, qd);
+      float a0, a1, ps0, ps1;
+      hm_softmax<FP8, 0>(s, p, x, 0, qd, qs0, qs1, m0, m1, a0, a1, ps0, ps1, h0);
+      l0 = l0 * a0 + ps0;
+      l1 = l1 * a1 + ps1;
+      hm_p_row_factors<FP8>(s, x, 0, qd);
+      __syncwarp(); /* the quad read m_s (the last pair's M) before its lane 0 writes */
+      if (qd == 0) {
+        m_s[h0] = m0;
+        m_s[h0 + 8] = m1;
+      }
+      ptx_bar_arrive(HM_BAR_M_0TO1, 256);
+      uint32_t pa[4][4];
+      hm_pack_p<FP8>(s, pa);
+      hm_rescale(o, a0, a1);
+      hm_pv_issue_rs<FP8>(o, pa, x.tile_u32, 0);
+      ptx_wgmma_wait<0>();
+      hm_keep_p(pa);
+      ptx_reg_fence(o);
+      ptx_mbar_arrive(ring_empty(hm_half_ring(pr, 0, HM_HALF_L), 0));
+      ptx_bar_sync(HM_BAR_M_1TO0, 256); /* the pair's max */
+      const float M0 = m_s[h0], M1 = m_s[h0 + 8];
+      const float f0 = hm_rescale_factor(m0, M0), f1 = hm_rescale_factor(m1, M1);
+      m0 = M0;
+      m1 = M1;
+#pragma unroll
+      for (int e = 0; e < 32; ++e) s[e] *= (e & 2) ? f1 : f0;
+      hm_pack_p<FP8>(s, pa);
+      hm_store_p_packed(pa, p0_u32, w, lane);
+      ptx_fence_proxy_async_smem();
+      ptx_bar_arrive(HM_BAR_P_0TO1, 256);
+      hm_rescale(o, f0, f1);
+      l0 *= f0;
+      l1 *= f1;
+      ring_wait_full<1>(hm_half_ring(pr, 1, HM_HALF_L), i); /* complete (warpgroup 1 waited); this thread's acquire */
+      ptx_bar_sync(HM_BAR_P_1TO0, 256); /* P1 */
+      hm_pv_issue<FP8>(o, p1_u32, x.tile_u32 + HM_TILE, 0);
+      ptx_wgmma_wait<0>();
+      ptx_reg_fence(o);
+      ptx_mbar_arrive(ring_empty(hm_half_ring(pr, 1, HM_HALF_L), 0));
+    } else {
+      float s[32];
+      hm_pair_qk<FP8>(s, o, x, pr, 1, i, qd);
+      ptx_bar_sync(HM_BAR_M_0TO1, 256); /* m0 */
+      float M0 = m_s[h0], M1 = m_s[h0 + 8];
+      float a0, a1, ps0, ps1;
+      hm_softmax<FP8, 0>(s, p, x, 1, qd, qs0, qs1, M0, M1, a0, a1, ps0, ps1, h0);
+      hm_p_row_factors<FP8>(s, x, 1, qd);
+      const float f0 = hm_rescale_factor(m0, M0), f1 = hm_rescale_factor(m1, M1);
+      m0 = M0;
+      m1 = M1;
+      l0 = l0 * f0 + ps0;
+      l1 = l1 * f1 + ps1;
+      hm_rescale(o, f0, f1);
+      __syncwarp(); /* the quad read m0 before its lane 0 writes M */
+      if (qd == 0) {
+        m_s[h0] = M0;
+        m_s[h0 + 8] = M1;
+      }
+      ptx_bar_arrive(HM_BAR_M_1TO0, 256);
+      uint32_t pa[4][4];
+      hm_pack_p<FP8>(s, pa);
+      hm_pv_issue_rs<FP8>(o, pa, x.tile_u32 + HM_TILE, 256);
+      hm_store_p_packed(pa, p1_u32, w, lane);
+      ptx_fence_proxy_async_smem();
+      ring_wait_full<1>(hm_half_ring(pr, 0, HM_HALF_R), i); /* complete (warpgroup 0 waited); this thread's acquire */
+      ptx_bar_sync(HM_BAR_P_0TO1, 256); /* P0 */
+      hm_pv_issue<FP8>(o, p0_u32, x.tile_u32, 256);
+      ptx_bar_arrive(HM_BAR_P_1TO0, 256);
+      ptx_wgmma_wait<1>(); /* PV(P1): tile 1's R is done */
+      hm_keep_p(pa);
+      ptx_mbar_arrive(ring_empty(hm_half_ring(pr, 1, HM_HALF_R), 0));
+      ptx_wgmma_wait<0>();
+      ptx_reg_fence(o);
+      ptx_mbar_arrive(ring_empty(hm_half_ring(pr, 0, HM_HALF_R), 0));
     }
-    float a0, a1, ps0, ps1;
-    hm_softmax<FP8, 0>(s, p, x, b, qd, qs0, qs1, m0, m1, a0, a1, ps0, ps1, h0);
-    hm_p_row_factors<FP8>(s, x, b, qd);
-    if (qd == 0) {
-      m_s[h0] = m0;
-      m_s[h0 + 8] = m1;
-      x.alpha_s[h0] = a0;
-      x.alpha_s[h0 + 8] = a1;
-    }
-    ptx_bar_arrive(bar_m_mine, 256);
-    uint32_t pa[4][4];
-    hm_pack_p<FP8>(s, pa);
-    if (c > 0) hm_seesaw_other_pv<FP8>(o, l0, l1, x, c - 1, ap0, ap1, bar_p_theirs, dbase);
-    /* P(c) for the other; the buffer's P(c - 1) was read by the PV above */
-    hm_store_p_packed(pa, x.p_u32, w, lane);
-    ptx_fence_proxy_async_smem();
-    ptx_bar_arrive(bar_p_mine, 256);
-    hm_rescale(o, a0, a1);
-    hm_pv_issue_rs<FP8>(o, pa, kv_u32, dbase);
-    ptx_wgmma_wait<0>();
-    ptx_reg_fence(o);
-    ptx_mbar_arrive(ring_empty(x.ring, b));
-    l0 = l0 * a0 + ps0; /* quad-partial sums of the own chunks, reduced at the end */
-    l1 = l1 * a1 + ps1;
-  }
-  if (x.n > 0 && ((x.n - 1) & 1) != j) { /* the other's last chunk */
-    ptx_bar_sync(bar_m_theirs, 256);
-    m0 = m_s[h0];
-    m1 = m_s[h0 + 8];
-    const float ap0 = x.alpha_s[h0], ap1 = x.alpha_s[h0 + 8];
-    hm_seesaw_other_pv<FP8>(o, l0, l1, x, x.n - 1, ap0, ap1, bar_p_theirs, dbase);
   }
   if (j == 0 && x.last) ptx_griddep_launch_dependents();
   /* ---- epilogue: the two warpgroups' partial sums -> l, lse (warpgroup 0), O halves ---- */
@@ -865,6 +961,85 @@ __device__ __forceinline__ void hm_produce_bf16(const hm_params &p, const int32_
     ptx_cp_async_wait<0>();
     ptx_fence_proxy_async_smem();
     ptx_mbar_arrive(ring_full(ring, (c0 + n - 1) & 1));
+  }
+}
+
+/* The seesaw's producer: the halves of each pair's two tiles (hm_consume_seesaw) in the order they are
+ * freed and read, (0, L), (1, R), (0, R), (1, L), by cp.async as hm_produce_bf16 copies (CONVERTED: the
+ * rows converted first, each row's 2^K with its chunk); a chunk's rows, their slots (valid_s) and
+ * factors go with its first half. A half is published when it has landed: right after the next is
+ * issued, or before the producer blocks on a half still in use. */
+template <bool CONVERTED>
+__device__ __forceinline__ void hm_produce_pairs(const hm_params &p, const int32_t *idx_row, int end, int n,
+                                                 uint32_t tile_u32, const mbar_ring &pr, int *valid_s, float *colf_s,
+                                                 int w, int lane) {
+  const int r4 = lane >> 3, pl = lane & 7;
+  const float *colf_rows = CONVERTED ? hm_converted_factors(p) : nullptr;
+  int raw[2][4], slot[2][4]; /* per tile: the next chunk's entries; the chunk in it */
+#pragma unroll
+  for (int t = 0; t < 2; ++t)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      raw[t][q] = mla_entry_raw(idx_row, t * HM_ROWS + 16 * w + 4 * q + r4, end);
+      slot[t][q] = -1;
+    }
+  int pending = -1; /* the stage issued and not yet published */
+  for (int i = 0; 2 * i < n; ++i) {
+#pragma unroll
+    for (int jb = 0; jb < 4; ++jb) {
+      const int t = jb & 1, h = (jb == 1 || jb == 2) ? HM_HALF_R : HM_HALF_L, c = 2 * i + t; /* c = n: no rows */
+      const mbar_ring hr = hm_half_ring(pr, t, h);
+      if (!ring_test_empty<1>(hr, i)) {
+        if (pending >= 0) {
+          ptx_cp_async_wait<0>();
+          ptx_fence_proxy_async_smem();
+          ptx_mbar_arrive(ring_full(pr, pending));
+          pending = -1;
+        }
+        ring_wait_empty<1>(hr, i);
+      }
+      const uint32_t tile = tile_u32 + t * HM_TILE;
+      const bool first = jb < 2; /* the chunk's first half: its rows' slots and factors */
+      float cf[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        if (first) {
+          slot[t][q] = mla_slot_checked(raw[t][q], p.io.num_slots);
+          if (CONVERTED) cf[q] = pl == 0 && slot[t][q] >= 0 ? __ldg(colf_rows + slot[t][q]) : 1.f;
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int r = 16 * w + 4 * q + r4;
+        if (first && pl == 0) valid_s[t * HM_ROWS + r] = slot[t][q];
+        const __nv_bfloat16 *src =
+            (const __nv_bfloat16 *)p.io.kv + (slot[t][q] >= 0 ? (int64_t)slot[t][q] * p.io.kv_stride : 0) + pl * 8;
+#pragma unroll
+        for (int kb = 0; kb < 9; ++kb)
+          if ((kb < 4) == (h == HM_HALF_L))
+            ptx_cp_async_16(tile + hm_tile_off(r, 8 * kb + pl), src + 64 * kb, slot[t][q] >= 0 ? 16 : 0);
+      }
+      ptx_cp_async_commit();
+      if (first) {
+        if (CONVERTED && pl == 0) {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) colf_s[t * HM_ROWS + 16 * w + 4 * q + r4] = cf[q];
+        }
+#pragma unroll
+        for (int q = 0; q < 4; ++q) raw[t][q] = mla_entry_raw(idx_row, (c + 2) * HM_ROWS + 16 * w + 4 * q + r4, end);
+      }
+      if (pending >= 0) { /* the half before has landed: publish it (this one stays in flight) */
+        ptx_cp_async_wait<1>();
+        ptx_fence_proxy_async_smem();
+        ptx_mbar_arrive(ring_full(pr, pending));
+      }
+      pending = 2 * t + h;
+    }
+  }
+  if (pending >= 0) {
+    ptx_cp_async_wait<0>();
+    ptx_fence_proxy_async_smem();
+    ptx_mbar_arrive(ring_full(pr, pending));
   }
 }
 
@@ -1149,7 +1324,10 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_pa
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int split = (int)(blockIdx.x % p.splits); /* = the rank in the cluster */
 
-  if (tid == 0) ring_init(ring, 2, 128, 256);
+  if (tid == 0) {
+    ring_init(ring, 2, 128, 256);
+    if (SEESAW) ring_init(hm_pair_ring_of(s_u32), 4, 128, 128); /* a half is released by its last reader */
+  }
   __syncthreads();
   ptx_griddep_wait();
   const hm_unit u = TG ? hm_unit_tg(p) : hm_unit_of(p, blockIdx.x / p.splits, split);
@@ -1158,7 +1336,10 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_pa
 
   if (warp >= 8) {
     const int w = warp - 8;
-    if constexpr (!FP8) {
+    if constexpr (SEESAW) { /* bf16 rows or FP8 ones converted first, by tile halves */
+      ptx_setmaxnreg_dec<HM_REG_PRODUCER(false)>();
+      hm_produce_pairs<FP8>(p, u.idx_row, u.end, u.n, tile_u32, hm_pair_ring_of(s_u32), valid_s, colf_s, w, lane);
+    } else if constexpr (!FP8) {
       ptx_setmaxnreg_dec<HM_REG_PRODUCER(false)>();
       hm_produce_bf16<false, TG>(p, u.idx_row, u.end, u.n, 0, tile_u32, ring, valid_s, colf_s, w, lane, mask_row);
     } else if constexpr (CONVERTED) { /* the converted rows: copies, as bf16 KV */
@@ -1178,8 +1359,13 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_pa
   ptx_bar_sync(HM_BAR_Q_LOADED, 256);
   const hm_ctx x = hm_ctx_of(s_u32, smem, u, p.splits, 0, true);
   if (SEESAW) {
-    ptx_setmaxnreg_inc<HM_REG_SEESAW>(); /* both: an O half, S and the softmax */
-    hm_consume_seesaw<FP8>(p, x, cw, warp & 3, lane);
+    if (cw == 0) { /* each role's loop after its setmaxnreg (else ptxas serialises its wgmmas, C7520) */
+      ptx_setmaxnreg_inc<HM_REG_SEESAW>(); /* both: an O half, S and the softmax */
+      hm_consume_seesaw<FP8, 0>(p, x, warp & 3, lane);
+    } else {
+      ptx_setmaxnreg_inc<HM_REG_SEESAW>();
+      hm_consume_seesaw<FP8, 1>(p, x, warp & 3, lane);
+    }
   } else if (cw == 0) {
     ptx_setmaxnreg_inc<HM_REG_QK(FP8)>(); /* O half, S and the softmax */
     hm_consume_qk<FP8, TG>(p, x, warp & 3, lane);

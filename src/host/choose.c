@@ -252,11 +252,12 @@ void dsa_choose_topk(dsa_topk_params *p) {
  * tokens x ceil(heads / 64) reaches 6 units on packed FP8 KV, 8 on bf16; fewer lose to mma_split (FP8
  * 64 heads, H100 2026-12-05, heads_as_m / mma_split: 4 tokens 26.5 / 25.9 us, 6 26.8 / 30.7, 8 26.9 /
  * 34.5); below 33 heads its 64-head tile is mostly padding.
- * seesaw (heads_as_m's CTAs with two consumer warpgroups alternating chunks; packed FP8 KV converted
- * first, every slot into the workspace as f16 tile rows) is slower at every shape measured (bf16 KV,
- * H200 2026-12-05: 128 x 128 decode 220.3 against 156.5 us, prefill 4096 x 128 5.94 against 4.84 ms;
- * its consumers wait for tiles, docs/PERF.md): it runs only where DSA_KERNEL=attention:seesaw forces
- * it. */
+ * seesaw (heads_as_m's CTAs with the chunks in pairs, one a consumer warpgroup, FlashMLA's prefill
+ * schedule; packed FP8 KV converted first) runs only where DSA_KERNEL=attention:seesaw forces it: H100
+ * 2026-12-06 (docs/bench/attn-seesaw-pairs-h100-2026-12-06/), heads_as_m / seesaw, prefill 4096 x 128
+ * heads bf16 4.65 / 4.56 ms, FP8 converted 4.90 / 4.71, 64 x 128 bf16 76.0 / 75.1 us, but decode
+ * 128 x 128 bf16 156.5 / 171.8 us (no persistent grid; each request's rows from its own context): not
+ * yet a choice. */
 #define HEADS_AS_M_MIN_HEADS 33
 #define HEADS_AS_M_MIN_UNITS 8     /* bf16 KV */
 #define HEADS_AS_M_MIN_UNITS_FP8 6 /* packed FP8 KV */
