@@ -107,16 +107,18 @@ def wait_full(M, t, h, i):
         yield
 
 
+def pair_qk(M, j, i):
+    """hm_pair_qk: warpgroup j's QK of the pair's chunk in tile j, its halves in the order they land"""
+    for h in ((L, R) if j == 0 else (R, L)):
+        yield from wait_full(M, j, h, i)
+        M.holds(f"wg{j} QK", j, h, 2 * i + j)
+        yield
+
+
 def wg0(M):
     for i in range(M.pairs):
         c0, c1 = 2 * i, 2 * i + 1
-        # hm_pair_qk: L, then R
-        yield from wait_full(M, 0, L, i)
-        M.holds("wg0 QK", 0, L, c0)
-        yield
-        yield from wait_full(M, 0, R, i)
-        M.holds("wg0 QK", 0, R, c0)
-        yield  # QK done; softmax
+        yield from pair_qk(M, 0, i)  # then the softmax
         if not M.m_read and M.m is not None:
             M.errors.append(f"wg0 pair {i}: m overwrites {M.m} before it was read")
         M.m, M.m_read = (i, 0), False
@@ -152,13 +154,7 @@ def wg0(M):
 def wg1(M):
     for i in range(M.pairs):
         c0, c1 = 2 * i, 2 * i + 1
-        # hm_pair_qk: R, then L
-        yield from wait_full(M, 1, R, i)
-        M.holds("wg1 QK", 1, R, c1)
-        yield
-        yield from wait_full(M, 1, L, i)
-        M.holds("wg1 QK", 1, L, c1)
-        yield
+        yield from pair_qk(M, 1, i)
         yield from M.sync(1, "M0->1")
         if M.m != (i, 0):
             M.errors.append(f"wg1 pair {i}: m buffer holds {M.m}, wg0's m expected")

@@ -295,33 +295,46 @@ __device__ __forceinline__ void hm_stage_o(const hm_ctx &x, const float (&o)[128
   }
 }
 
-/* qk_tile: S[64 heads, 64 rows] of the tile at kv_u32; Q no-swizzle K-major, tile 128B-swizzle
- * K-major; the descriptors advance by adding (byte offset >> 4) to the start-address field. */
-template <bool FP8>
-__device__ __forceinline__ void hm_qk_tile(float (&s)[32], float (&o)[128], const hm_ctx &x, uint32_t kv_u32, int b,
-                                           int qd) {
+/* QK k-steps [k0, k1) of tile kv_u32 into s (the first accumulates from zero where first); the caller
+ * fences, commits and waits. Q no-swizzle K-major, tile 128B-swizzle K-major; the descriptors advance
+ * by adding (byte offset >> 4) to the start-address field. */
+template <bool F16>
+__device__ __forceinline__ void hm_qk_steps(float (&s)[32], const hm_ctx &x, uint32_t kv_u32, int k0, int k1,
+                                            bool first) {
   const uint64_t dq = ptx_wgmma_desc(x.q_u32, 128, HM_RG), dk = ptx_wgmma_desc_sw128(kv_u32, 16, 1024);
-  ptx_wgmma_fence();
 #pragma unroll
-  for (int k = 0; k < (FP8 ? 32 : 36); ++k)
-    hm_wgmma_n64(FP8, s, dq + 16 * k, dk + (((k >> 2) * HM_SEG + (k & 3) * 32) >> 4), k > 0);
+  for (int k = k0; k < k1; ++k)
+    hm_wgmma_n64(F16, s, dq + 16 * k, dk + (((k >> 2) * HM_SEG + (k & 3) * 32) >> 4), k > k0 || !first);
+}
+
+/* The end of a QK whose k-steps (FP8: the latent ones) are issued: commit and wait; FP8: the latent sums
+ * times the rows' 2^K_r of tile b (exact), then the rope's k-steps on top, unscaled. */
+template <bool FP8>
+__device__ __forceinline__ void hm_qk_finish(float (&s)[32], const hm_ctx &x, uint32_t kv_u32, int b, int qd) {
   ptx_wgmma_commit();
   ptx_wgmma_wait<0>();
   ptx_reg_fence(s);
-  if (FP8) { /* the latent sums times the rows' 2^K_r (exact), then the rope's k-steps on top, unscaled */
+  if (FP8) {
     const float *colf = x.colf_s + b * HM_ROWS;
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[4 * j + e] *= colf[8 * j + 2 * qd + (e & 1)];
     ptx_wgmma_fence();
-#pragma unroll
-    for (int k = 32; k < 36; ++k)
-      hm_wgmma_n64(false, s, dq + 16 * k, dk + (((k >> 2) * HM_SEG + (k & 3) * 32) >> 4), 1);
+    hm_qk_steps<false>(s, x, kv_u32, 32, 36, false);
     ptx_wgmma_commit();
     ptx_wgmma_wait<0>();
     ptx_reg_fence(s);
   }
+}
+
+/* qk_tile: S[64 heads, 64 rows] of the tile at kv_u32 (tile b's row factors). */
+template <bool FP8>
+__device__ __forceinline__ void hm_qk_tile(float (&s)[32], float (&o)[128], const hm_ctx &x, uint32_t kv_u32, int b,
+                                           int qd) {
+  ptx_wgmma_fence();
+  hm_qk_steps<FP8>(s, x, kv_u32, 0, FP8 ? 32 : 36, true);
+  hm_qk_finish<FP8>(s, x, kv_u32, b, qd);
   ptx_reg_fence(o);
 }
 
@@ -543,17 +556,6 @@ __device__ __forceinline__ void hm_consume_pv(const hm_params &p, const hm_ctx &
   else hm_store_out<TG>(p, x, o, h0, qd, 256, x.l_s[h0], x.l_s[h0 + 8]);
 }
 
-/* QK k-steps [k0, k1) of tile kv_u32 into s (the first accumulates from zero where first); the caller
- * commits and waits (hm_qk_tile's descriptors). */
-template <bool F16>
-__device__ __forceinline__ void hm_qk_steps(float (&s)[32], const hm_ctx &x, uint32_t kv_u32, int k0, int k1,
-                                            bool first) {
-  const uint64_t dq = ptx_wgmma_desc(x.q_u32, 128, HM_RG), dk = ptx_wgmma_desc_sw128(kv_u32, 16, 1024);
-#pragma unroll
-  for (int k = k0; k < k1; ++k)
-    hm_wgmma_n64(F16, s, dq + 16 * k, dk + (((k >> 2) * HM_SEG + (k & 3) * 32) >> 4), k > k0 || !first);
-}
-
 /* The seesaw's tile halves (its own ring, hm_pair_ring): a tile's dims 0-255 (segments 0-3, "L": what
  * warpgroup 0's PVs read) and 256-575 (segments 4-8, "R": warpgroup 1's, and the rope), each with a
  * full and an empty barrier, stage 2 t + h. */
@@ -593,22 +595,19 @@ __device__ __forceinline__ void hm_pair_qk(float (&s)[32], float (&o)[128], cons
     ring_wait_full<1>(hm_half_ring(pr, 1, HM_HALF_L), use);
     hm_qk_steps<FP8>(s, x, kv, 0, 16, false);
   }
-  ptx_wgmma_commit();
-  ptx_wgmma_wait<0>();
-  ptx_reg_fence(s);
-  if (FP8) { /* the latent sums times the rows' 2^K_r (exact), then the rope's k-steps on top, unscaled */
-    const float *colf = x.colf_s + t * HM_ROWS;
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[4 * j + e] *= colf[8 * j + 2 * qd + (e & 1)];
-    ptx_wgmma_fence();
-    hm_qk_steps<false>(s, x, kv, 32, 36, false);
-    ptx_wgmma_commit();
-    ptx_wgmma_wait<0>();
-    ptx_reg_fence(s);
-  }
+  hm_qk_finish<FP8>(s, x, kv, t, qd);
   ptx_reg_fence(o);
+}
+
+/* A warpgroup's running max of rows h0, h0 + 8 to the one m buffer, for the other (bar.arrive on bar):
+ * the quad has read the buffer's last value first, so its lane 0 may overwrite it. */
+__device__ __forceinline__ void hm_publish_max(float *m_s, int h0, int qd, float m0, float m1, int bar) {
+  __syncwarp();
+  if (qd == 0) {
+    m_s[h0] = m0;
+    m_s[h0 + 8] = m1;
+  }
+  ptx_bar_arrive(bar, 256);
 }
 
 /* 2^(m - M) of a running max m against the new M (-inf: 0, and M = -inf as 0) */
@@ -650,12 +649,7 @@ __device__ __forceinline__ void hm_consume_seesaw(const hm_params &p, const hm_c
       l0 = l0 * a0 + ps0;
       l1 = l1 * a1 + ps1;
       hm_p_row_factors<FP8>(s, x, 0, qd);
-      __syncwarp(); /* the quad read m_s (the last pair's M) before its lane 0 writes */
-      if (qd == 0) {
-        m_s[h0] = m0;
-        m_s[h0 + 8] = m1;
-      }
-      ptx_bar_arrive(HM_BAR_M_0TO1, 256);
+      hm_publish_max(m_s, h0, qd, m0, m1, HM_BAR_M_0TO1); /* the quad read the last pair's M before */
       uint32_t pa[4][4];
       hm_pack_p<FP8>(s, pa);
       hm_rescale(o, a0, a1);
@@ -698,12 +692,7 @@ __device__ __forceinline__ void hm_consume_seesaw(const hm_params &p, const hm_c
       l0 = l0 * f0 + ps0;
       l1 = l1 * f1 + ps1;
       hm_rescale(o, f0, f1);
-      __syncwarp(); /* the quad read m0 before its lane 0 writes M */
-      if (qd == 0) {
-        m_s[h0] = M0;
-        m_s[h0 + 8] = M1;
-      }
-      ptx_bar_arrive(HM_BAR_M_1TO0, 256);
+      hm_publish_max(m_s, h0, qd, M0, M1, HM_BAR_M_1TO0); /* the quad read m0 before */
       uint32_t pa[4][4];
       hm_pack_p<FP8>(s, pa);
       hm_pv_issue_rs<FP8>(o, pa, x.tile_u32 + HM_TILE, 256);
