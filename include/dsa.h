@@ -300,8 +300,9 @@ DSA_API dsa_status dsa_topk(const dsa_topk_args *args, void *workspace, size_t w
  * faster for the shape (docs/PERF.md). The environment variable DSA_KERNEL=attention:mma_split (or
  * rows_as_m, heads_as_m) forces one, for comparisons and bisecting (README.md); attention:seesaw
  * forces heads_as_m's CTAs with the chunks in pairs, one a consumer warpgroup (FlashMLA's prefill
- * schedule: a few % faster than heads_as_m at prefill, slower at decode batches, never chosen by the
- * library; with packed FP8 KV it first converts every one of the num_slots slots into
+ * schedule: a few % faster than heads_as_m at prefill, slower at decode batches; chosen in heads_as_m's
+ * place from 132 (token, 64-head) units where the rows are read many times over, as the conversion
+ * above; with packed FP8 KV it first converts every one of the num_slots slots into
  * the workspace as heads_as_m's f16 rows — the same values — so the workspace query then asks
  * num_slots x 1152 B, rounded up to 256, + num_slots x 4 B: sensible only for a cache of about
  * the rows the call reads, e.g. one prefill context). Token groups (the library's choice at 8 and 16

@@ -630,18 +630,21 @@ static dsa_status decode_call(int reqs, int n, int max_blocks, int page_size, in
  * scorer (mma / wgmma / wgmma_tma) and the top-k kernel (registers / slices with its cluster /
  * chain) each launch gets, by default and under DSA_KERNEL (these cases run with indexer:separate
  * added to the spec). */
-/* Packed FP8 KV converted first (host/choose.c): heads_as_m and token groups where the entries are at
- * least 32 x the slots and the rows take at most 256 MiB; the size query reports the rows (num_slots x
- * 1152 B rounded up to 256, + num_slots x 4 B, the whole rounded up to 256) before the rest, and a call
- * given less runs the same kernel unconverted (then, short of token groups' unions too, the kernel the
- * table picks without them). Never bf16 KV, rows_as_m, or decode batches over a pool. */
+/* Packed FP8 KV converted first (host/choose.c): heads_as_m, token groups and the seesaw where the
+ * entries are at least 32 x the slots and the rows take at most 256 MiB; the size query reports the rows
+ * (num_slots x 1152 B rounded up to 256, + num_slots x 4 B, the whole rounded up to 256) before the rest,
+ * and a call given less runs unconverted: heads_as_m in place of the seesaw, token groups unconverted
+ * (then, short of their unions too, the kernel the table picks without them). Never bf16 KV, rows_as_m,
+ * or decode batches over a pool. The seesaw in place of heads_as_m from a wave of units (132) over such
+ * rows, bf16 or FP8. */
 static void test_mla_convert_choice(void) {
   static const struct {
     int tokens, heads, fp8;
     int64_t slots;
     int kernel, convert;
-  } cv[] = {{4096, 128, 1, 16384, DSA_ATTN_HEADS_AS_M, 1},     /* 16.8 M entries, 512 a slot */
-            {4096, 128, 0, 16384, DSA_ATTN_HEADS_AS_M, 0},     /* bf16 */
+  } cv[] = {{4096, 128, 1, 16384, DSA_ATTN_SEESAW, 1},         /* 16.8 M entries, 512 a slot */
+            {4096, 128, 0, 16384, DSA_ATTN_SEESAW, 0},         /* bf16 */
+            {130, 128, 1, 8192, DSA_ATTN_SEESAW, 1},           /* 260 units: a wave; 64 tokens below */
             {64, 128, 1, 16384, DSA_ATTN_HEADS_AS_M, 0},       /* 16 a slot */
             {64, 128, 1, 8192, DSA_ATTN_HEADS_AS_M, 1},        /* 32 a slot */
             {4096, 128, 1, 300000, DSA_ATTN_HEADS_AS_M, 0},    /* the rows 347 MB */
@@ -668,13 +671,14 @@ static void test_mla_convert_choice(void) {
     check(!cv[i].convert || (need >= rows && need <= bound), "... and its workspace: the rows, within the query's",
           "needs %lld of %lld bytes", (long long)need, (long long)bound);
     if (!cv[i].convert) continue;
-    /* a byte short: the same kernel unconverted, in the rest */
+    /* a byte short: the same kernel unconverted (heads_as_m for the seesaw), in the rest */
+    const int short_kernel = cv[i].kernel == DSA_ATTN_SEESAW ? DSA_ATTN_HEADS_AS_M : cv[i].kernel;
     dsa_stub_begin_call(FAKE(0x100000000000ull), bound - 1);
     st = dsa_sparse_mla(&b, FAKE(0x100000000000ull), bound - 1, 0);
     snprintf(name, sizeof name, "%d tokens x %d heads, FP8 KV over %lld slots, the workspace a byte short of the "
              "query's: kernel %d unconverted in %zu bytes", cv[i].tokens, cv[i].heads, (long long)cv[i].slots,
-             cv[i].kernel, bound - rows);
-    check(st == DSA_OK && g_dsa_stub.violations == 0 && g_dsa_stub.mla_kernel == cv[i].kernel &&
+             short_kernel, bound - rows);
+    check(st == DSA_OK && g_dsa_stub.violations == 0 && g_dsa_stub.mla_kernel == short_kernel &&
               g_dsa_stub.mla_convert == 0 && g_dsa_stub.mla_need <= bound - rows,
           name, "kernel %lld, workspace %lld", g_dsa_stub.mla_kernel, (long long)g_dsa_stub.mla_need);
     if (cv[i].kernel != DSA_ATTN_TOKEN_GROUPS) continue;

@@ -63,7 +63,8 @@ dsa_status dsa_sparse_mla_workspace_size(const dsa_sparse_mla_args *a, size_t *b
 
 /* The kernel and whether packed FP8 rows are converted first, for a workspace of ws_bytes: the table's
  * choice with the most workspace (what the size query reports), else without the conversion, else without
- * token groups (with, then without, a conversion), each needing less; *need: the choice's bound. */
+ * token groups or the seesaw (which over packed FP8 must convert) — heads_as_m with, then without, a
+ * conversion — each needing less; *need: the choice's bound. */
 static int mla_choose_fitting(const dsa_sparse_mla_args *a, size_t ws_bytes, int *convert, size_t *need) {
   int kernel = dsa_choose_attention(a, 1);
   for (int pass = 0; pass < 2; ++pass) {
@@ -73,7 +74,7 @@ static int mla_choose_fitting(const dsa_sparse_mla_args *a, size_t ws_bytes, int
       *convert = 0;
       *need = dsa_plan_attention_workspace_bound(a, kernel, 0);
     }
-    if (ws_bytes >= *need || kernel != DSA_ATTN_TOKEN_GROUPS) break;
+    if (ws_bytes >= *need || (kernel != DSA_ATTN_TOKEN_GROUPS && kernel != DSA_ATTN_SEESAW)) break;
     kernel = dsa_choose_attention(a, 0); /* the same when DSA_KERNEL forces them */
   }
   return kernel;

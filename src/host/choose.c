@@ -253,11 +253,29 @@ void dsa_choose_topk(dsa_topk_params *p) {
  * 64 heads, H100 2026-12-05, heads_as_m / mma_split: 4 tokens 26.5 / 25.9 us, 6 26.8 / 30.7, 8 26.9 /
  * 34.5); below 33 heads its 64-head tile is mostly padding.
  * seesaw (heads_as_m's CTAs with the chunks in pairs, one a consumer warpgroup, FlashMLA's prefill
- * schedule; packed FP8 KV converted first) runs only where DSA_KERNEL=attention:seesaw forces it: H100
- * 2026-12-06 (docs/bench/attn-seesaw-pairs-h100-2026-12-06/), heads_as_m / seesaw, prefill 4096 x 128
- * heads bf16 4.65 / 4.56 ms, FP8 converted 4.90 / 4.71, 64 x 128 bf16 76.0 / 75.1 us, but decode
- * 128 x 128 bf16 156.5 / 171.8 us (no persistent grid; each request's rows from its own context): not
- * yet a choice. */
+ * schedule; packed FP8 KV converted first): in heads_as_m's place from SEESAW_MIN_UNITS over rows read
+ * many times (below). */
+/* Packed FP8 KV read many times over (prefill: every token of a chunk reads the same context): heads_as_m
+ * and token groups first convert every cache slot once into the workspace as the f16 rows their FP8
+ * producer would make (hm_convert_rows_kernel: the same bits, so the same results), and their producer
+ * then only copies rows, as over bf16 KV. Chosen where the call's entries (tokens x topk x head groups)
+ * are at least CONVERT_MIN_READS times the slots and the rows take at most DSA_CONVERT_WORKSPACE_CAP;
+ * given less workspace the call runs unconverted. H100, 2026-12-06, unconverted -> converted, us
+ * (docs/bench/attn-converted-h100-2026-12-06/): prefill 4096 x 128 heads over its 16k context (512 reads
+ * a slot) 5,650 -> 4,885; GLM's 4096-token chunk over 128k (64) 2,930 -> 2,550 distinct, 1,190 -> 1,066
+ * 90 % shared, at 8 heads 2,870 -> 2,520 / 990 -> 943; but prefill 64 x 128 heads over 16k (16 a slot)
+ * 91.9 -> 94.8, converted with the factors by cp.async (a form as fast as this one at 4096 x 128): hence
+ * 32. Decode batches over a pool read each slot well under once: never. */
+#define CONVERT_MIN_READS 32
+
+/* The seesaw in place of heads_as_m where a wave of units or more reads rows that stay in L2 (each slot
+ * read at least CONVERT_MIN_READS times: a prefill over its own context; packed FP8 converted first, the
+ * rows within DSA_CONVERT_WORKSPACE_CAP) — H100, 2026-12-06, heads_as_m / seesaw: prefill 4096 x 128
+ * heads over 16k bf16 4.63 / 4.56 ms, FP8 converted 4.88 / 4.68 (docs/bench/attn-seesaw-choice-h100-2026-12-06/);
+ * 64 x 128 bf16 76.0 / 75.1 us (128 units: left to heads_as_m, the seesaw's splits not measured); not
+ * at decode batches, whose rows come from each request's own context (128 x 128 bf16 156.5 / 171.8 us,
+ * docs/bench/attn-seesaw-pairs-h100-2026-12-06/). Given a workspace short of FP8's rows: heads_as_m. */
+#define SEESAW_MIN_UNITS 132
 #define HEADS_AS_M_MIN_HEADS 33
 #define HEADS_AS_M_MIN_UNITS 8     /* bf16 KV */
 #define HEADS_AS_M_MIN_UNITS_FP8 6 /* packed FP8 KV */
@@ -313,6 +331,15 @@ void dsa_choose_topk(dsa_topk_params *p) {
  * requests over their own contexts probably lose more than the figures above now (not re-measured). */
 #define TOKEN_GROUPS_MIN_ROWS (128 * 64) /* tokens x heads: 128 groups of 64 (token, head) rows */
 
+/* Each cache slot read at least CONVERT_MIN_READS times by the call (tokens x topk x head groups), and
+ * packed FP8 rows small enough to convert first (below). */
+static int attention_rows_hot(const dsa_sparse_mla_args *a) {
+  const int64_t slots = a->num_slots < DSA_ATTN_SLOTS_CAP ? a->num_slots : DSA_ATTN_SLOTS_CAP;
+  const int64_t reads = (int64_t)a->num_tokens * a->topk * ((a->num_heads + 63) / 64);
+  return slots > 0 && reads >= CONVERT_MIN_READS * slots &&
+         (a->kv_format != DSA_KV_FP8_PACKED || dsa_plan_attention_rows_bytes(a) <= DSA_CONVERT_WORKSPACE_CAP);
+}
+
 int dsa_choose_attention(const dsa_sparse_mla_args *a, int token_groups) {
   const int forced = override_get()->attention;
   if (forced) return forced;
@@ -324,7 +351,7 @@ int dsa_choose_attention(const dsa_sparse_mla_args *a, int token_groups) {
    * 4096 x 128 heads 6.34 ms (mma_split 15.5) */
   const int64_t units = (int64_t)a->num_tokens * ((a->num_heads + 63) / 64);
   if (a->num_heads >= HEADS_AS_M_MIN_HEADS && units >= (bf16 ? HEADS_AS_M_MIN_UNITS : HEADS_AS_M_MIN_UNITS_FP8))
-    return DSA_ATTN_HEADS_AS_M;
+    return token_groups && units >= SEESAW_MIN_UNITS && attention_rows_hot(a) ? DSA_ATTN_SEESAW : DSA_ATTN_HEADS_AS_M;
   const int64_t t = a->num_tokens;
   if (a->num_heads >= WIDE_HEADS) /* 17 to 32 heads (more have fewer than 6 tokens here: mma_split) */
     return t >= (bf16 ? BF16_WIDE_HEADS_AS_M_TOKENS : FP8_WIDE_HEADS_AS_M_TOKENS) ? DSA_ATTN_HEADS_AS_M
@@ -338,26 +365,12 @@ int dsa_choose_attention(const dsa_sparse_mla_args *a, int token_groups) {
   return DSA_ATTN_MMA_SPLIT;
 }
 
-/* Packed FP8 KV read many times over (prefill: every token of a chunk reads the same context): heads_as_m
- * and token groups first convert every cache slot once into the workspace as the f16 rows their FP8
- * producer would make (hm_convert_rows_kernel: the same bits, so the same results), and their producer
- * then only copies rows, as over bf16 KV. Chosen where the call's entries (tokens x topk x head groups)
- * are at least CONVERT_MIN_READS times the slots and the rows take at most DSA_CONVERT_WORKSPACE_CAP;
- * given less workspace the call runs unconverted. H100, 2026-12-06, unconverted -> converted, us
- * (docs/bench/attn-converted-h100-2026-12-06/): prefill 4096 x 128 heads over its 16k context (512 reads
- * a slot) 5,650 -> 4,885; GLM's 4096-token chunk over 128k (64) 2,930 -> 2,550 distinct, 1,190 -> 1,066
- * 90 % shared, at 8 heads 2,870 -> 2,520 / 990 -> 943; but prefill 64 x 128 heads over 16k (16 a slot)
- * 91.9 -> 94.8, converted with the factors by cp.async (a form as fast as this one at 4096 x 128): hence
- * 32. Decode batches over a pool read each slot well under once: never. */
-#define CONVERT_MIN_READS 32
 
 int dsa_choose_attention_convert(const dsa_sparse_mla_args *a, int kernel) {
   if (a->kv_format != DSA_KV_FP8_PACKED) return 0;
   if (kernel == DSA_ATTN_SEESAW) return 1; /* its consumers hold the registers a converting producer needs */
   if (kernel != DSA_ATTN_HEADS_AS_M && kernel != DSA_ATTN_TOKEN_GROUPS) return 0;
-  const int64_t slots = a->num_slots < DSA_ATTN_SLOTS_CAP ? a->num_slots : DSA_ATTN_SLOTS_CAP;
-  const int64_t reads = (int64_t)a->num_tokens * a->topk * ((a->num_heads + 63) / 64);
-  return slots > 0 && reads >= CONVERT_MIN_READS * slots && dsa_plan_attention_rows_bytes(a) <= DSA_CONVERT_WORKSPACE_CAP;
+  return attention_rows_hot(a);
 }
 
 /* ---- context parallelism: the merge of the ranks' candidate lists (dsa_topk_merge) ------------ */

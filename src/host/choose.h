@@ -41,7 +41,8 @@ int dsa_choose_prefill_indexer(const dsa_scores_params *p, size_t separate_bytes
 void dsa_choose_topk(dsa_topk_params *p);
 /* Stage 3, attention: the kernel (dsa_attention_kernel) for a call (the same on every device: the
  * plans fit the split to the device); token_groups = 0: the choice where the workspace cannot hold
- * token groups' unions (a kernel that needs none, unless DSA_KERNEL forces one). */
+ * token groups' unions or the seesaw's converted rows (a kernel that needs none, unless DSA_KERNEL
+ * forces one). */
 int dsa_choose_attention(const dsa_sparse_mla_args *a, int token_groups);
 /* Stage 3 with packed FP8 KV: 1 where `kernel`'s call converts the cache's rows into the workspace first
  * (heads_as_m and token groups when the rows are read many times over, the seesaw always), given the

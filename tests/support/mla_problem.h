@@ -28,7 +28,9 @@ typedef struct {
                              probability, as neighbouring prefill tokens share rows (token groups) */
   int converted;          /* packed FP8 read many times over: the library converts the rows into the
                              workspace first (dsa.h); the test also runs it with the workspace less those
-                             rows (unconverted) and requires the same bits */
+                             rows (unconverted) and requires the same bits (not where the library's
+                             choice is the seesaw, which then gives way to heads_as_m: other sums) */
+  int seesaw;             /* the library's choice is the seesaw (a wave of units over rows read many times) */
   uint64_t seed;
 } mla_case;
 
