@@ -285,11 +285,12 @@ DSA_API dsa_status dsa_topk(const dsa_topk_args *args, void *workspace, size_t w
  * DSA_ERR_WORKSPACE_TOO_SMALL); DSA_KERNEL=attention:seesaw with packed FP8 KV: the converted rows,
  * below. Packed FP8 KV read many times over — tokens x topk x ceil(heads / 64) >= 32 x num_slots, as in a
  * prefill over its own context passed as the cache (the request's rows gathered, indices as their rows),
- * and the rows at most 256 MiB — where the table picks heads_as_m or token groups: every slot converted
- * once into the workspace's start as the f16 rows the FP8 kernels make in shared memory (the same bits,
- * so the same results), num_slots x 1152 B rounded up to 256, + num_slots x 4 B, the whole rounded up to
- * 256, before the rest; then the kernels copy rows as over bf16 KV (4096 tokens x 128 heads 13 % faster,
- * GLM's 4096-token chunk 10-13 %). Given less than the query reports there, the call runs unconverted.
+ * and the rows at most 256 MiB — where the table picks heads_as_m, token groups or the seesaw: every slot
+ * converted once into the workspace's start as the f16 rows the FP8 kernels make in shared memory (the
+ * same bits, so the same results), num_slots x 1152 B rounded up to 256, + num_slots x 4 B, the whole
+ * rounded up to 256, before the rest; then the kernels copy rows as over bf16 KV (4096 tokens x 128
+ * heads 13 % faster, GLM's 4096-token chunk 10-13 %). Given less than the query reports there, the call
+ * runs unconverted (heads_as_m in the seesaw's place).
  * The size query needs no device and holds for every sm_90 part.
  * Three kernels compute this (same contract, results within the tolerances, each deterministic):
  * mma_split (mma.sync, a token's list split over CTAs and combined), rows_as_m (wgmma, KV rows as M,
