@@ -255,8 +255,8 @@ void dsa_choose_topk(dsa_topk_params *p) {
  * seesaw (heads_as_m's CTAs with the chunks in pairs, one a consumer warpgroup, FlashMLA's prefill
  * schedule; packed FP8 KV converted first): in heads_as_m's place from SEESAW_MIN_UNITS over rows read
  * many times (below). */
-/* Packed FP8 KV read many times over (prefill: every token of a chunk reads the same context): heads_as_m
- * and token groups first convert every cache slot once into the workspace as the f16 rows their FP8
+/* Packed FP8 KV read many times over (prefill: every token of a chunk reads the same context): heads_as_m,
+ * token groups and the seesaw first convert every cache slot once into the workspace as the f16 rows their FP8
  * producer would make (hm_convert_rows_kernel: the same bits, so the same results), and their producer
  * then only copies rows, as over bf16 KV. Chosen where the call's entries (tokens x topk x head groups)
  * are at least CONVERT_MIN_READS times the slots and the rows take at most DSA_CONVERT_WORKSPACE_CAP;
@@ -365,7 +365,8 @@ int dsa_choose_attention(const dsa_sparse_mla_args *a, int token_groups) {
   return DSA_ATTN_MMA_SPLIT;
 }
 
-
+/* Packed FP8 rows converted first: the seesaw always, heads_as_m and token groups over rows read
+ * CONVERT_MIN_READS times a slot or more (above). */
 int dsa_choose_attention_convert(const dsa_sparse_mla_args *a, int kernel) {
   if (a->kv_format != DSA_KV_FP8_PACKED) return 0;
   if (kernel == DSA_ATTN_SEESAW) return 1; /* its consumers hold the registers a converting producer needs */
