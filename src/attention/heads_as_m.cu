@@ -556,12 +556,12 @@ __device__ __forceinline__ void hm_consume_pv(const hm_params &p, const hm_ctx &
   else hm_store_out<TG>(p, x, o, h0, qd, 256, x.l_s[h0], x.l_s[h0 + 8]);
 }
 
-/* The seesaw's tile halves (its own ring, hm_pair_ring): a tile's dims 0-255 (segments 0-3, "L": what
- * warpgroup 0's PVs read) and 256-575 (segments 4-8, "R": warpgroup 1's, and the rope), each with a
- * full and an empty barrier, stage 2 t + h. */
+/* The seesaw's tile halves: a tile's dims 0-255 (segments 0-3, "L": what warpgroup 0's PVs read) and
+ * 256-575 (segments 4-8, "R": warpgroup 1's, and the rope), each with a full and an empty barrier in a
+ * ring of its own (hm_pair_ring_of: bar_pair_full / bar_pair_empty), stage 2 t + h; hm_half_ring is
+ * one half's as a one-stage ring (its use i = the pair). */
 #define HM_HALF_L 0
 #define HM_HALF_R 1
-/* The seesaw's ring of tile halves: stage 2 t + h (hm_half_ring). */
 __device__ __forceinline__ mbar_ring hm_pair_ring_of(uint32_t s_u32) {
   mbar_ring r;
   r.full = s_u32 + HM_PBAR_OFF;
