@@ -626,10 +626,6 @@ static dsa_status decode_call(int reqs, int n, int max_blocks, int page_size, in
   return dsa_indexer_decode(&d, FAKE(0xb00000000ull), bytes, 0);
 }
 
-/* The indexer's tables: fused or separate (the first table below), then for separate launches the
- * scorer (mma / wgmma / wgmma_tma) and the top-k kernel (registers / slices with its cluster /
- * chain) each launch gets, by default and under DSA_KERNEL (these cases run with indexer:separate
- * added to the spec). */
 /* Packed FP8 KV converted first (host/choose.c): heads_as_m, token groups and the seesaw where the
  * entries are at least 32 x the slots and the rows take at most 256 MiB; the size query reports the rows
  * (num_slots x 1152 B rounded up to 256, + num_slots x 4 B, the whole rounded up to 256) before the rest,
@@ -693,6 +689,10 @@ static void test_mla_convert_choice(void) {
   }
 }
 
+/* The indexer's tables: fused or separate (the first table below), then for separate launches the
+ * scorer (mma / wgmma / wgmma_tma) and the top-k kernel (registers / slices with its cluster /
+ * chain) each launch gets, by default and under DSA_KERNEL (these cases run with indexer:separate
+ * added to the spec). */
 static void test_indexer_kernel_choice(void) {
   static const struct {
     const char *spec;
