@@ -879,6 +879,26 @@ __device__ __forceinline__ const float *hm_converted_factors(const hm_params &p)
   return (const float *)((const uint8_t *)p.io.kv + DSA_CONVERTED_COLF_OFF(p.io.num_slots));
 }
 
+/* A producer thread's cp.async copies but the last N have landed: made visible to the consumers' wgmma
+ * (async proxy) and arrived on stage s's full barrier of ring r. */
+template <int N>
+__device__ __forceinline__ void hm_publish_landed(const mbar_ring &r, int s) {
+  ptx_cp_async_wait<N>();
+  ptx_fence_proxy_async_smem();
+  ptx_mbar_arrive(ring_full(r, s));
+}
+
+/* The 16-bit row of slot (-1: zeros, nothing read) into tile row r, segments [kb0, kb1) of 64 dims: lane
+ * pl of the row's 8 copies 16 bytes of each (whole 128-byte lines; one swizzled tile row: no conflicts). */
+__device__ __forceinline__ void hm_copy_row(uint32_t tile, int r, int pl, const hm_params &p, int slot, int kb0,
+                                            int kb1) {
+  const __nv_bfloat16 *src =
+      (const __nv_bfloat16 *)p.io.kv + (slot >= 0 ? (int64_t)slot * p.io.kv_stride : 0) + pl * 8;
+#pragma unroll
+  for (int kb = kb0; kb < kb1; ++kb)
+    ptx_cp_async_16(tile + hm_tile_off(r, 8 * kb + pl), src + 64 * kb, slot >= 0 ? 16 : 0);
+}
+
 /* bf16 KV: cp.async, up to two chunks in flight. CONVERTED (packed FP8 KV converted first): the rows
  * are the converted ones (f16 latent x 2^-K, bf16 rope as stored), and each row's 2^K goes to colf_s.
  * Token groups (TG): valid_s holds each row's token mask (mask_row), 0 for a skipped row. */
@@ -903,9 +923,7 @@ __device__ __forceinline__ void hm_produce_bf16(const hm_params &p, const int32_
     bool published = c < 1; /* the unit's first chunk: the previous unit's last was published at its end */
     if (!tile_free) {
       if (!published) {
-        ptx_cp_async_wait<0>();
-        ptx_fence_proxy_async_smem();
-        ptx_mbar_arrive(ring_full(ring, (c0 + c - 1) & 1));
+        hm_publish_landed<0>(ring, (c0 + c - 1) & 1);
         published = true;
       }
       ring_wait_empty<2>(ring, c0 + c);
@@ -924,11 +942,7 @@ __device__ __forceinline__ void hm_produce_bf16(const hm_params &p, const int32_
     for (int q = 0; q < 4; ++q) {
       const int r = 16 * w + 4 * q + r4;
       if (pl == 0) valid_s[b * HM_ROWS + r] = TG ? (slot[q] >= 0 ? msk[q] : 0) : slot[q];
-      const __nv_bfloat16 *src =
-          (const __nv_bfloat16 *)p.io.kv + (slot[q] >= 0 ? (int64_t)slot[q] * p.io.kv_stride : 0) + pl * 8;
-#pragma unroll
-      for (int kb = 0; kb < 9; ++kb)
-        ptx_cp_async_16(tile + hm_tile_off(r, 8 * kb + pl), src + 64 * kb, slot[q] >= 0 ? 16 : 0);
+      hm_copy_row(tile, r, pl, p, slot[q], 0, 9);
     }
     ptx_cp_async_commit();
     if (CONVERTED && pl == 0) {
@@ -941,12 +955,12 @@ __device__ __forceinline__ void hm_produce_bf16(const hm_params &p, const int32_
       if (TG) msk[q] = hm_tg_mask(mask_row, (c + 1) * HM_ROWS + 16 * w + 4 * q + r4, end);
     }
     if (!published) { /* chunk c-1 has landed: publish it (chunk c stays in flight) */
-      ptx_cp_async_wait<1>();
-      ptx_fence_proxy_async_smem();
-      ptx_mbar_arrive(ring_full(ring, (c0 + c - 1) & 1));
+      hm_publish_landed<1>(ring, (c0 + c - 1) & 1);
     }
   }
   if (n > 0) {
+    /* written out: through hm_publish_landed, NVVM numbers the persistent grid's registers otherwise (the
+     * same instructions), and ptxas's allocation follows the numbering */
     ptx_cp_async_wait<0>();
     ptx_fence_proxy_async_smem();
     ptx_mbar_arrive(ring_full(ring, (c0 + n - 1) & 1));
@@ -980,9 +994,7 @@ __device__ __forceinline__ void hm_produce_pairs(const hm_params &p, const int32
       const mbar_ring hr = hm_half_ring(pr, t, h);
       if (!ring_test_empty<1>(hr, i)) {
         if (pending >= 0) {
-          ptx_cp_async_wait<0>();
-          ptx_fence_proxy_async_smem();
-          ptx_mbar_arrive(ring_full(pr, pending));
+          hm_publish_landed<0>(pr, pending);
           pending = -1;
         }
         ring_wait_empty<1>(hr, i);
@@ -1001,12 +1013,7 @@ __device__ __forceinline__ void hm_produce_pairs(const hm_params &p, const int32
       for (int q = 0; q < 4; ++q) {
         const int r = 16 * w + 4 * q + r4;
         if (first && pl == 0) valid_s[t * HM_ROWS + r] = slot[t][q];
-        const __nv_bfloat16 *src =
-            (const __nv_bfloat16 *)p.io.kv + (slot[t][q] >= 0 ? (int64_t)slot[t][q] * p.io.kv_stride : 0) + pl * 8;
-#pragma unroll
-        for (int kb = 0; kb < 9; ++kb)
-          if ((kb < 4) == (h == HM_HALF_L))
-            ptx_cp_async_16(tile + hm_tile_off(r, 8 * kb + pl), src + 64 * kb, slot[t][q] >= 0 ? 16 : 0);
+        hm_copy_row(tile, r, pl, p, slot[t][q], h == HM_HALF_L ? 0 : 4, h == HM_HALF_L ? 4 : 9);
       }
       ptx_cp_async_commit();
       if (first) {
@@ -1018,17 +1025,13 @@ __device__ __forceinline__ void hm_produce_pairs(const hm_params &p, const int32
         for (int q = 0; q < 4; ++q) raw[t][q] = mla_entry_raw(idx_row, (c + 2) * HM_ROWS + 16 * w + 4 * q + r4, end);
       }
       if (pending >= 0) { /* the half before has landed: publish it (this one stays in flight) */
-        ptx_cp_async_wait<1>();
-        ptx_fence_proxy_async_smem();
-        ptx_mbar_arrive(ring_full(pr, pending));
+        hm_publish_landed<1>(pr, pending);
       }
       pending = 2 * t + h;
     }
   }
   if (pending >= 0) {
-    ptx_cp_async_wait<0>();
-    ptx_fence_proxy_async_smem();
-    ptx_mbar_arrive(ring_full(pr, pending));
+    hm_publish_landed<0>(pr, pending);
   }
 }
 
@@ -1120,9 +1123,7 @@ __device__ __forceinline__ void hm_produce_fp8(const hm_params &p, const int32_t
         nmsk[q] = hm_tg_mask(mask_row, (c + 2) * HM_ROWS + 16 * w + 4 * q + r4, end);
       }
     }
-    ptx_cp_async_wait<0>();
-    ptx_fence_proxy_async_smem();
-    ptx_mbar_arrive(ring_full(ring, b));
+    hm_publish_landed<0>(ring, b);
   }
 }
 
