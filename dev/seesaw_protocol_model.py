@@ -49,6 +49,7 @@ class Model:
         self.p1_read = True
         self.errors = []
         self.pv = [set(), set()]  # chunks each warpgroup has accumulated on its O half
+        self.in_flight = []  # halves whose copies are issued and have not landed
 
     def arrive(self, wg, bid):
         s = self.bar.setdefault(bid, set())
@@ -79,27 +80,28 @@ JOBS = [(0, L), (1, R), (0, R), (1, L)]
 
 
 def producer(M):
-    pending = []  # issued, not yet published (the copies in flight)
+    """hm_produce_pairs: each half's copies issued once the half is free; its full barrier completes when
+    they have landed (cp.async.mbarrier.arrive) — at any later point, modelled as a landing process"""
     for i in range(M.pairs):
         for t, h in JOBS:
             c = 2 * i + t
-            # ring_test_empty / ring_wait_empty: use i of the half needs use i - 1 released
-            if M.empty[(t, h)] < i:
-                for s in pending:  # publish what has landed before blocking
-                    M.full[s] += 1
-                pending = []
-                while M.empty[(t, h)] < i:
-                    yield
+            while M.empty[(t, h)] < i:  # ring_wait_empty: use i of the half needs use i - 1 released
+                yield
             if M.half[(t, h)] is not None and M.half[(t, h)] != c - 2:
                 M.errors.append(f"half {(t, h)} refilled for chunk {c} while it holds {M.half[(t, h)]}")
             M.half[(t, h)] = c
-            yield  # the copies issued
-            for s in pending:  # the one before has landed (cp.async.wait_group 1): published
-                M.full[s] += 1
-            pending = [(t, h)]
+            M.in_flight.append((t, h))  # the copies issued; the arrivals made
             yield
-    for s in pending:
-        M.full[s] += 1
+
+
+def landing(M):
+    """the halves in flight land in any order, whenever the schedule lets them"""
+    landed = 0
+    while landed < 4 * M.pairs:
+        if M.in_flight:
+            M.full[M.in_flight.pop(M.rng.randrange(len(M.in_flight)))] += 1
+            landed += 1
+        yield
 
 
 def wait_full(M, t, h, i):
@@ -116,9 +118,11 @@ def pair_qk(M, j, i):
 
 
 def wg0(M):
+    if M.pairs:
+        yield from pair_qk(M, 0, 0)
     for i in range(M.pairs):
         c0, c1 = 2 * i, 2 * i + 1
-        yield from pair_qk(M, 0, i)  # then the softmax
+        # the pair's QK is done (before the loop, or behind the last pair's PV(P1)); the softmax
         if not M.m_read and M.m is not None:
             M.errors.append(f"wg0 pair {i}: m overwrites {M.m} before it was read")
         M.m, M.m_read = (i, 0), False
@@ -138,16 +142,28 @@ def wg0(M):
         M.p0, M.p0_read = i, False
         M.arrive(0, "P0->1")
         yield
-        # PV(P1, tile 1 L)
+        # PV(P1, tile 1 L) issued
         yield from wait_full(M, 1, L, i)
         yield from M.sync(0, "P1->0")
         if M.p1 != i:
             M.errors.append(f"wg0 pair {i}: P1 buffer holds {M.p1}")
         M.p1_read = True
         yield
-        M.holds("wg0 PV(P1)", 1, L, c1)
-        M.pv[0].add(c1)
-        M.release(1, L)
+        if i + 1 < M.pairs:
+            # the next pair's QK on tile 0's L half issued behind it (the wgmma run in order)
+            yield from wait_full(M, 0, L, i + 1)
+            yield
+            M.holds("wg0 PV(P1)", 1, L, c1)  # wgmma.wait_group 1: PV(P1) done
+            M.pv[0].add(c1)
+            M.release(1, L)
+            M.holds("wg0 QK", 0, L, 2 * (i + 1))
+            yield from wait_full(M, 0, R, i + 1)
+            M.holds("wg0 QK", 0, R, 2 * (i + 1))
+            yield
+        else:
+            M.holds("wg0 PV(P1)", 1, L, c1)
+            M.pv[0].add(c1)
+            M.release(1, L)
     yield from M.sync(0, "EPILOGUE")
 
 
@@ -188,7 +204,7 @@ def wg1(M):
 def run(n, seed):
     rng = random.Random(seed)
     M = Model(n, rng)
-    procs = {"producer": producer(M), "wg0": wg0(M), "wg1": wg1(M)}
+    procs = {"producer": producer(M), "landing": landing(M), "wg0": wg0(M), "wg1": wg1(M)}
     live = dict(procs)
     idle = 0
     while live:

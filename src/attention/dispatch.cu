@@ -5,7 +5,7 @@
  *   rows_as_m   (rows_as_m.cu)  wgmma, KV rows as M; the splits of a token form a cluster (no workspace)
  *   heads_as_m  (heads_as_m.cu) wgmma, 64 heads as M, warp-specialised; CTAs of (token, 64 heads),
  *                               split over a cluster below a wave (no workspace)
- *   seesaw      (heads_as_m.cu) the same CTAs and splits, two consumer warpgroups alternating chunks
+ *   seesaw      (heads_as_m.cu) the same CTAs and splits, the chunks in pairs, a consumer warpgroup each
  *   token_groups (heads_as_m.cu, token_groups.cu) 64 / H neighbouring tokens a CTA over the union of
  *               their index lists (built first into the workspace), unsplit
  * Where the device cannot form a plan's cluster ("cluster misconfiguration", e.g. a partitioned GPU

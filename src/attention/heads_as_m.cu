@@ -25,13 +25,14 @@
  * with the P and alpha warpgroup 0 publishes (named barriers hm_barrier, bar.sync on both sides);
  * warpgroup 2 (hm_produce_bf16 / hm_produce_fp8) gathers rows into a two-tile full/empty mbarrier
  * ring (common/mbar_ring.cuh). Both consumers first stage Q (hm_load_q). Registers (setmaxnreg):
- * HM_REG_*. The seesaw (DSA_ATTN_SEESAW, hm_consume_seesaw; forced only) keeps the CTA and the plan
+ * HM_REG_*. The seesaw (DSA_ATTN_SEESAW, hm_consume_seesaw; chosen for prefills over their own
+ * context, host/choose.c) keeps the CTA and the plan
  * but pairs the chunks as FlashMLA's prefill does: warpgroup j runs QK + softmax of the pair's chunk
  * in tile j and PV of both on its 256 dims, the tiles filled and freed by halves of dims
  * (hm_produce_pairs, hm_half_ring); its producer only copies rows (bf16, or packed FP8 converted
  * into the workspace first by hm_convert_rows_kernel), which leaves both consumers 208 registers.
- * Measured (H100, 2026-12-06): prefill 1-4 % faster than heads_as_m, decode 128 x 128 heads 10 %
- * slower (docs/PERF.md); dev/seesaw_protocol_model.py replays its synchronisation.
+ * Measured (H100, 2026-12-06): prefill 2-6 % faster than heads_as_m, decode batches 1-3 % slower
+ * (docs/PERF.md); dev/seesaw_protocol_model.py replays its synchronisation.
  * Packed FP8 KV read many times over (host/choose.c: prefill over its own context) is converted first, as
  * for the seesaw, and then copied by the bf16 producer (hm_produce_bf16<CONVERTED>) into the same FP8
  * consumers: the same bits as converting in the producer, at the copying producer's pace.
@@ -575,6 +576,14 @@ __device__ __forceinline__ mbar_ring hm_half_ring(const mbar_ring &pr, int t, in
   return r;
 }
 
+/* A consumer's wait for a half to hold its rows: the barrier completes when the producer's copies have
+ * landed (hm_produce_pairs), which no producer thread fences for the async proxy, so the consumer does
+ * before its wgmma read them. */
+__device__ __forceinline__ void hm_half_wait_full(const mbar_ring &hr, int use) {
+  ring_wait_full<1>(hr, use);
+  ptx_fence_proxy_async_smem();
+}
+
 /* QK of the chunk in tile t by its warpgroup, halves in the order they land (warpgroup 0: L then R;
  * warpgroup 1: R then L, as the producer fills them), the rope's k-steps last (FP8: after the latent
  * sums are scaled by the rows' 2^K). */
@@ -585,14 +594,14 @@ __device__ __forceinline__ void hm_pair_qk(float (&s)[32], float (&o)[128], cons
   const int kr_end = FP8 ? 32 : 36; /* the R half's k-steps before the rope's (FP8) */
   ptx_wgmma_fence();
   if (t == 0) {
-    ring_wait_full<1>(hm_half_ring(pr, 0, HM_HALF_L), use);
+    hm_half_wait_full(hm_half_ring(pr, 0, HM_HALF_L), use);
     hm_qk_steps<FP8>(s, x, kv, 0, 16, true);
-    ring_wait_full<1>(hm_half_ring(pr, 0, HM_HALF_R), use);
+    hm_half_wait_full(hm_half_ring(pr, 0, HM_HALF_R), use);
     hm_qk_steps<FP8>(s, x, kv, 16, kr_end, false);
   } else {
-    ring_wait_full<1>(hm_half_ring(pr, 1, HM_HALF_R), use);
+    hm_half_wait_full(hm_half_ring(pr, 1, HM_HALF_R), use);
     hm_qk_steps<FP8>(s, x, kv, 16, kr_end, true);
-    ring_wait_full<1>(hm_half_ring(pr, 1, HM_HALF_L), use);
+    hm_half_wait_full(hm_half_ring(pr, 1, HM_HALF_L), use);
     hm_qk_steps<FP8>(s, x, kv, 0, 16, false);
   }
   hm_qk_finish<FP8>(s, x, kv, t, qd);
@@ -619,7 +628,9 @@ __device__ __forceinline__ float hm_rescale_factor(float m, float M) { return pt
  *   wg 0: QK(tile 0); softmax from its running max -> m0; m0 to shared memory (bar M 0->1); PV(P0,
  *         tile 0's L) from registers; L half of tile 0 free; the pair's max M (bar M 1->0); P0, O and the
  *         sums rescaled by 2^(m0 - M); P0 to tile 0's rope segment (free after QK) (bar P 0->1); PV(P1
- *         from shared memory, tile 1's L) (bar P 1->0); tile 1's L free.
+ *         from shared memory, tile 1's L) (bar P 1->0); the next pair's QK on tile 0's L half issued
+ *         behind it (the tensor pipe not left idle between them); tile 1's L free once PV(P1) is done;
+ *         the QK's R half.
  *   wg 1: QK(tile 1); m0 (bar M 0->1); softmax from max(m0, its chunk) = M, O and the sums rescaled from
  *         the last pair's M; M to shared memory (bar M 1->0); PV(P1, tile 1's R) from registers; P1 to
  *         the P area (bar P 1->0); PV(P0, tile 0's R) (bar P 0->1); tile 1's R, then tile 0's R free.
@@ -628,7 +639,8 @@ __device__ __forceinline__ float hm_rescale_factor(float m, float M) { return pt
  * warpgroup reads the other's value before writing its own; the barriers order the rest); P0 and P1
  * each have their own. Each warpgroup keeps the sums of its own chunks' P; the total is the two. m
  * lives in l_s during the chunks. An odd count ends with a pair whose tile 1 holds no rows (all skipped:
- * P1 = 0), so every pair runs the same code (wgmma under a branch is serialised, ptxas C7520). */
+ * P1 = 0), so every pair runs the same code (wgmma under a branch is serialised, ptxas C7520; the next
+ * pair's QK, under one, is not: no wgmma is in flight where its paths join). */
 template <bool FP8, int j>
 __device__ __forceinline__ void hm_consume_seesaw(const hm_params &p, const hm_ctx &x, int w, int lane) {
   const int g = lane >> 2, qd = lane & 3, h0 = 16 * w + g, dbase = 256 * j;
@@ -640,10 +652,12 @@ __device__ __forceinline__ void hm_consume_seesaw(const hm_params &p, const hm_c
   for (int i = 0; i < 128; ++i) o[i] = 0.f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
   const float qs0 = FP8 ? p.scale_log2 * x.qexp_s[h0] : 0.f, qs1 = FP8 ? p.scale_log2 * x.qexp_s[h0 + 8] : 0.f;
+  float s0[32]; /* warpgroup 0: the pair's QK, the next pair's issued behind this pair's last PV */
+  if constexpr (j == 0)
+    if (x.n > 0) hm_pair_qk<FP8>(s0, o, x, pr, 0, 0, qd);
   for (int i = 0; 2 * i < x.n; ++i) {
     if constexpr (j == 0) {
-      float s[32];
-      hm_pair_qk<FP8>(s, o, x, pr, 0, i, qd);
+      float(&s)[32] = s0;
       float a0, a1, ps0, ps1;
       hm_softmax<FP8, 0>(s, p, x, 0, qd, qs0, qs1, m0, m1, a0, a1, ps0, ps1, h0);
       l0 = l0 * a0 + ps0;
@@ -672,9 +686,22 @@ __device__ __forceinline__ void hm_consume_seesaw(const hm_params &p, const hm_c
       hm_rescale(o, f0, f1);
       l0 *= f0;
       l1 *= f1;
-      ring_wait_full<1>(hm_half_ring(pr, 1, HM_HALF_L), i); /* complete (warpgroup 1 waited); this thread's acquire */
+      hm_half_wait_full(hm_half_ring(pr, 1, HM_HALF_L), i); /* complete (warpgroup 1 waited); this thread's acquire */
       ptx_bar_sync(HM_BAR_P_1TO0, 256); /* P1 */
       hm_pv_issue<FP8>(o, p1_u32, x.tile_u32 + HM_TILE, 0);
+      if (2 * (i + 1) < x.n) { /* the next pair's QK on tile 0's L half behind PV(P1) */
+        hm_half_wait_full(hm_half_ring(pr, 0, HM_HALF_L), i + 1);
+        ptx_wgmma_fence();
+        hm_qk_steps<FP8>(s, x, x.tile_u32, 0, 16, true);
+        ptx_wgmma_commit();
+        ptx_wgmma_wait<1>(); /* PV(P1) done: tile 1's L is free */
+        ptx_mbar_arrive(ring_empty(hm_half_ring(pr, 1, HM_HALF_L), 0));
+        hm_half_wait_full(hm_half_ring(pr, 0, HM_HALF_R), i + 1);
+        hm_qk_steps<FP8>(s, x, x.tile_u32, 16, FP8 ? 32 : 36, false);
+        hm_qk_finish<FP8>(s, x, x.tile_u32, 0, qd);
+        ptx_reg_fence(o);
+        continue;
+      }
       ptx_wgmma_wait<0>();
       ptx_reg_fence(o);
       ptx_mbar_arrive(ring_empty(hm_half_ring(pr, 1, HM_HALF_L), 0));
@@ -698,7 +725,7 @@ __device__ __forceinline__ void hm_consume_seesaw(const hm_params &p, const hm_c
       hm_pv_issue_rs<FP8>(o, pa, x.tile_u32 + HM_TILE, 256);
       hm_store_p_packed(pa, p1_u32, w, lane);
       ptx_fence_proxy_async_smem();
-      ring_wait_full<1>(hm_half_ring(pr, 0, HM_HALF_R), i); /* complete (warpgroup 0 waited); this thread's acquire */
+      hm_half_wait_full(hm_half_ring(pr, 0, HM_HALF_R), i); /* complete (warpgroup 0 waited); this thread's acquire */
       ptx_bar_sync(HM_BAR_P_0TO1, 256); /* P0 */
       hm_pv_issue<FP8>(o, p0_u32, x.tile_u32, 256);
       ptx_bar_arrive(HM_BAR_P_1TO0, 256);
@@ -970,8 +997,12 @@ __device__ __forceinline__ void hm_produce_bf16(const hm_params &p, const int32_
 /* The seesaw's producer: the halves of each pair's two tiles (hm_consume_seesaw) in the order they are
  * freed and read, (0, L), (1, R), (0, R), (1, L), by cp.async as hm_produce_bf16 copies (CONVERTED: the
  * rows converted first, each row's 2^K with its chunk); a chunk's rows, their slots (valid_s) and
- * factors go with its first half. A half is published when it has landed: right after the next is
- * issued, or before the producer blocks on a half still in use. */
+ * factors go with its first half. Each thread's arrival on a half's full barrier is counted with its
+ * copies (cp.async.mbarrier.arrive): the half is published when they have landed and the producer goes
+ * on to the next free half at once. It used to wait for each half to land, publishing it after issuing
+ * the next; H100, 2026-12-06, us, that / this / this with warpgroup 0's next QK behind its PV (as now):
+ * decode 128 x 128 bf16 172.1 / 160.6 / 160.3, prefill 4096 x 128 FP8 4,751 / 4,676 / 4,632, bf16
+ * 4,589 / 4,679 / 4,560 (docs/bench/attn-seesaw-arrivals-h100-2026-12-06/). */
 template <bool CONVERTED>
 __device__ __forceinline__ void hm_produce_pairs(const hm_params &p, const int32_t *idx_row, int end, int n,
                                                  uint32_t tile_u32, const mbar_ring &pr, int *valid_s, float *colf_s,
@@ -986,19 +1017,12 @@ __device__ __forceinline__ void hm_produce_pairs(const hm_params &p, const int32
       raw[t][q] = mla_entry_raw(idx_row, t * HM_ROWS + 16 * w + 4 * q + r4, end);
       slot[t][q] = -1;
     }
-  int pending = -1; /* the stage issued and not yet published */
   for (int i = 0; 2 * i < n; ++i) {
 #pragma unroll
     for (int jb = 0; jb < 4; ++jb) {
       const int t = jb & 1, h = (jb == 1 || jb == 2) ? HM_HALF_R : HM_HALF_L, c = 2 * i + t; /* c = n: no rows */
       const mbar_ring hr = hm_half_ring(pr, t, h);
-      if (!ring_test_empty<1>(hr, i)) {
-        if (pending >= 0) {
-          hm_publish_landed<0>(pr, pending);
-          pending = -1;
-        }
-        ring_wait_empty<1>(hr, i);
-      }
+      ring_wait_empty<1>(hr, i);
       const uint32_t tile = tile_u32 + t * HM_TILE;
       const bool first = jb < 2; /* the chunk's first half: its rows' slots and factors */
       float cf[4];
@@ -1015,23 +1039,17 @@ __device__ __forceinline__ void hm_produce_pairs(const hm_params &p, const int32
         if (first && pl == 0) valid_s[t * HM_ROWS + r] = slot[t][q];
         hm_copy_row(tile, r, pl, p, slot[t][q], h == HM_HALF_L ? 0 : 4, h == HM_HALF_L ? 4 : 9);
       }
-      ptx_cp_async_commit();
-      if (first) {
-        if (CONVERTED && pl == 0) {
+      ptx_cp_async_mbar_arrive(ring_full(hr, 0)); /* the phase waits for these copies to land */
+      if (first && CONVERTED && pl == 0) {
 #pragma unroll
-          for (int q = 0; q < 4; ++q) colf_s[t * HM_ROWS + 16 * w + 4 * q + r4] = cf[q];
-        }
+        for (int q = 0; q < 4; ++q) colf_s[t * HM_ROWS + 16 * w + 4 * q + r4] = cf[q];
+      }
+      ptx_mbar_arrive(ring_full(hr, 0)); /* the slots and factors (release) */
+      if (first) {
 #pragma unroll
         for (int q = 0; q < 4; ++q) raw[t][q] = mla_entry_raw(idx_row, (c + 2) * HM_ROWS + 16 * w + 4 * q + r4, end);
       }
-      if (pending >= 0) { /* the half before has landed: publish it (this one stays in flight) */
-        hm_publish_landed<1>(pr, pending);
-      }
-      pending = 2 * t + h;
     }
-  }
-  if (pending >= 0) {
-    hm_publish_landed<0>(pr, pending);
   }
 }
 

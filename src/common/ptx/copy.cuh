@@ -54,6 +54,12 @@ __device__ __forceinline__ void ptx_cp_async_wait(void) {
 __device__ __forceinline__ void ptx_cp_async_mbar_arrive_noinc(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
+/* The same, counted: the barrier's pending count goes up now and down when this thread's earlier
+ * cp.async copies have landed (cp.async.mbarrier.arrive, §9.7.9.25.3.4), so a phase waiting for the
+ * thread's own arrival also waits for its copies. */
+__device__ __forceinline__ void ptx_cp_async_mbar_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
 
 /* ---- shared memory, in program order ---- */
 /* 16-byte shared store kept in program order (st.shared, §9.7.9.10): callers order their stores to
