@@ -348,7 +348,8 @@ static void test_sm_count(void) {
  * <= 16 heads from 20 tokens; else mma_split), DSA_KERNEL overriding it; rows_as_m and heads_as_m plans
  * take no workspace (rows_as_m even when it splits). The device is an H100 SXM's: 132 SMs, clusters of
  * 4 and 8 keeping 120 CTAs (c4 overrides the 4s: the choice does not depend on it). Kernels by their dsa_attention_kernel:
- * 1 mma_split, 2 rows_as_m, 3 heads_as_m, 5 token_groups. */
+ * 1 mma_split, 2 rows_as_m, 3 heads_as_m, 4 seesaw (bf16 4096 x 128 heads over the 1M slots: 16 reads a
+ * slot; test_mla_convert_choice has its rule), 5 token_groups. */
 static void test_mla_kernel_choice(void) {
   static const struct {
     int tokens, heads, fp8, sms, want, c4;
@@ -357,7 +358,7 @@ static void test_mla_kernel_choice(void) {
       {7, 64, 1, 132, 3},   {8, 64, 1, 132, 3},   {64, 64, 1, 132, 3},  {64, 64, 0, 132, 3},
       {1, 16, 1, 132, 1},   {19, 16, 1, 132, 1},  {20, 16, 1, 132, 2},  {23, 16, 1, 132, 2},
       {32, 16, 1, 132, 2},  {2, 128, 1, 132, 1},  {3, 128, 1, 132, 3},  {4, 128, 1, 132, 3},
-      {30, 128, 1, 132, 3}, {256, 64, 1, 132, 3}, {4096, 128, 0, 132, 3}, {264, 32, 1, 132, 3},
+      {30, 128, 1, 132, 3}, {256, 64, 1, 132, 3}, {4096, 128, 0, 132, 4}, {264, 32, 1, 132, 3},
       {265, 32, 1, 132, 3}, {1000, 32, 0, 132, 3}, {64, 16, 0, 132, 3}, {64, 16, 1, 16, 2},
       {8, 64, 1, 16, 3},    {1, 128, 0, 132, 1},  {7, 64, 0, 132, 1},   {8, 64, 0, 132, 3},
       {3, 128, 0, 132, 1},  {4, 128, 0, 132, 3},  {4096, 16, 1, 132, 5}, {4096, 8, 1, 132, 5},
@@ -631,8 +632,8 @@ static dsa_status decode_call(int reqs, int n, int max_blocks, int page_size, in
  * (num_slots x 1152 B rounded up to 256, + num_slots x 4 B, the whole rounded up to 256) before the rest,
  * and a call given less runs unconverted: heads_as_m in place of the seesaw, token groups unconverted
  * (then, short of their unions too, the kernel the table picks without them). Never bf16 KV, rows_as_m,
- * or decode batches over a pool. The seesaw in place of heads_as_m from a wave of units (132) over such
- * rows, bf16 or FP8. */
+ * or decode batches over a pool. The seesaw in place of heads_as_m where each slot is read at least 8
+ * times (bf16) or 16 (FP8, converted whatever the reads). */
 static void test_mla_convert_choice(void) {
   static const struct {
     int tokens, heads, fp8;
@@ -640,9 +641,14 @@ static void test_mla_convert_choice(void) {
     int kernel, convert;
   } cv[] = {{4096, 128, 1, 16384, DSA_ATTN_SEESAW, 1},         /* 16.8 M entries, 512 a slot */
             {4096, 128, 0, 16384, DSA_ATTN_SEESAW, 0},         /* bf16 */
-            {130, 128, 1, 8192, DSA_ATTN_SEESAW, 1},           /* 260 units: a wave; 64 tokens below */
-            {64, 128, 1, 16384, DSA_ATTN_HEADS_AS_M, 0},       /* 16 a slot */
-            {64, 128, 1, 8192, DSA_ATTN_HEADS_AS_M, 1},        /* 32 a slot */
+            {130, 128, 1, 8192, DSA_ATTN_SEESAW, 1},           /* 260 units */
+            {64, 128, 1, 16384, DSA_ATTN_SEESAW, 1},           /* 16 a slot: the seesaw, converted */
+            {64, 128, 1, 8192, DSA_ATTN_SEESAW, 1},            /* 32 a slot */
+            {64, 64, 1, 16384, DSA_ATTN_HEADS_AS_M, 0},        /* 8 a slot, FP8: unconverted heads_as_m */
+            {64, 64, 0, 16384, DSA_ATTN_SEESAW, 0},            /* 8 a slot, bf16: the seesaw (splits) */
+            {64, 128, 0, 16384, DSA_ATTN_SEESAW, 0},           /* bf16, 16 a slot */
+            {32, 64, 0, 16384, DSA_ATTN_HEADS_AS_M, 0},        /* bf16, 4 a slot */
+            {128, 128, 0, 1 << 20, DSA_ATTN_HEADS_AS_M, 0},    /* a bf16 decode batch over a pool */
             {4096, 128, 1, 300000, DSA_ATTN_HEADS_AS_M, 0},    /* the rows 347 MB */
             {4096, 16, 1, 131072, DSA_ATTN_TOKEN_GROUPS, 1},   /* GLM's chunk over its 128k context */
             {4096, 16, 1, 1 << 20, DSA_ATTN_TOKEN_GROUPS, 0},  /* over a pool */

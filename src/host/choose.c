@@ -253,8 +253,7 @@ void dsa_choose_topk(dsa_topk_params *p) {
  * 64 heads, H100 2026-12-05, heads_as_m / mma_split: 4 tokens 26.5 / 25.9 us, 6 26.8 / 30.7, 8 26.9 /
  * 34.5); below 33 heads its 64-head tile is mostly padding.
  * seesaw (heads_as_m's CTAs with the chunks in pairs, one a consumer warpgroup, FlashMLA's prefill
- * schedule; packed FP8 KV converted first): in heads_as_m's place from SEESAW_MIN_UNITS over rows read
- * many times (below). */
+ * schedule; packed FP8 KV converted first): in heads_as_m's place over rows read many times (below). */
 /* Packed FP8 KV read many times over (prefill: every token of a chunk reads the same context): heads_as_m,
  * token groups and the seesaw first convert every cache slot once into the workspace as the f16 rows their FP8
  * producer would make (hm_convert_rows_kernel: the same bits, so the same results), and their producer
@@ -268,14 +267,17 @@ void dsa_choose_topk(dsa_topk_params *p) {
  * 32. Decode batches over a pool read each slot well under once: never. */
 #define CONVERT_MIN_READS 32
 
-/* The seesaw in place of heads_as_m where a wave of units or more reads rows that stay in L2 (each slot
- * read at least CONVERT_MIN_READS times: a prefill over its own context; packed FP8 converted first, the
- * rows within DSA_CONVERT_WORKSPACE_CAP) — H100, 2026-12-06, heads_as_m / seesaw: prefill 4096 x 128
- * heads over 16k bf16 4.63 / 4.56 ms, FP8 converted 4.88 / 4.68 (docs/bench/attn-seesaw-choice-h100-2026-12-06/);
- * 64 x 128 bf16 76.0 / 75.1 us (128 units: left to heads_as_m, the seesaw's splits not measured); not
- * at decode batches, whose rows come from each request's own context (128 x 128 bf16 156.5 / 171.8 us,
- * docs/bench/attn-seesaw-pairs-h100-2026-12-06/). Given a workspace short of FP8's rows: heads_as_m. */
-#define SEESAW_MIN_UNITS 132
+/* The seesaw in place of heads_as_m where each cache slot is read at least SEESAW_MIN_READS times (bf16
+ * KV) or SEESAW_MIN_READS_FP8 (packed FP8, converted first, the rows within DSA_CONVERT_WORKSPACE_CAP):
+ * prefills over their own context. H100, 2026-12-06 (docs/bench/attn-seesaw-arrivals-h100-2026-12-06/,
+ * trials/), heads_as_m / seesaw, us, prefill over a 16k context with the reads a slot in brackets:
+ * 4096 x 128 heads (512) FP8 converted 4,879 / 4,601, bf16 4,635 / 4,462 (heads_as_m the day's earlier
+ * record); 64 x 128 (16) bf16 76.6 / 74.5, FP8 91.5 / 88.2; 64 x 64 (8, split over clusters) bf16
+ * 44.4 / 43.0, FP8 51.8 / 55.8 (converting all 16k slots not repaid). Decode batches, each request over
+ * its own 8k (under one read a slot), lose: bf16 64 x 64 67.4 / 68.8, 256 x 64 227.9 / 232.2, 128 x 128
+ * 156.3 / 160.3. Given a workspace short of FP8's rows: heads_as_m. */
+#define SEESAW_MIN_READS 8
+#define SEESAW_MIN_READS_FP8 16
 #define HEADS_AS_M_MIN_HEADS 33
 #define HEADS_AS_M_MIN_UNITS 8     /* bf16 KV */
 #define HEADS_AS_M_MIN_UNITS_FP8 6 /* packed FP8 KV */
@@ -331,12 +333,12 @@ void dsa_choose_topk(dsa_topk_params *p) {
  * requests over their own contexts probably lose more than the figures above now (not re-measured). */
 #define TOKEN_GROUPS_MIN_ROWS (128 * 64) /* tokens x heads: 128 groups of 64 (token, head) rows */
 
-/* Each cache slot read at least CONVERT_MIN_READS times by the call (tokens x topk x head groups), and
- * packed FP8 rows small enough to convert first (below). */
-static int attention_rows_hot(const dsa_sparse_mla_args *a) {
+/* Each cache slot read at least min_reads times by the call (tokens x topk x head groups), and packed
+ * FP8 rows small enough to convert first (below). */
+static int attention_rows_read(const dsa_sparse_mla_args *a, int min_reads) {
   const int64_t slots = a->num_slots < DSA_ATTN_SLOTS_CAP ? a->num_slots : DSA_ATTN_SLOTS_CAP;
   const int64_t reads = (int64_t)a->num_tokens * a->topk * ((a->num_heads + 63) / 64);
-  return slots > 0 && reads >= CONVERT_MIN_READS * slots &&
+  return slots > 0 && reads >= min_reads * slots &&
          (a->kv_format != DSA_KV_FP8_PACKED || dsa_plan_attention_rows_bytes(a) <= DSA_CONVERT_WORKSPACE_CAP);
 }
 
@@ -351,7 +353,8 @@ int dsa_choose_attention(const dsa_sparse_mla_args *a, int token_groups) {
    * 4096 x 128 heads 6.34 ms (mma_split 15.5) */
   const int64_t units = (int64_t)a->num_tokens * ((a->num_heads + 63) / 64);
   if (a->num_heads >= HEADS_AS_M_MIN_HEADS && units >= (bf16 ? HEADS_AS_M_MIN_UNITS : HEADS_AS_M_MIN_UNITS_FP8))
-    return token_groups && units >= SEESAW_MIN_UNITS && attention_rows_hot(a) ? DSA_ATTN_SEESAW : DSA_ATTN_HEADS_AS_M;
+    return token_groups && attention_rows_read(a, bf16 ? SEESAW_MIN_READS : SEESAW_MIN_READS_FP8) ? DSA_ATTN_SEESAW
+                                                                                                : DSA_ATTN_HEADS_AS_M;
   const int64_t t = a->num_tokens;
   if (a->num_heads >= WIDE_HEADS) /* 17 to 32 heads (more have fewer than 6 tokens here: mma_split) */
     return t >= (bf16 ? BF16_WIDE_HEADS_AS_M_TOKENS : FP8_WIDE_HEADS_AS_M_TOKENS) ? DSA_ATTN_HEADS_AS_M
@@ -371,7 +374,7 @@ int dsa_choose_attention_convert(const dsa_sparse_mla_args *a, int kernel) {
   if (a->kv_format != DSA_KV_FP8_PACKED) return 0;
   if (kernel == DSA_ATTN_SEESAW) return 1; /* its consumers hold the registers a converting producer needs */
   if (kernel != DSA_ATTN_HEADS_AS_M && kernel != DSA_ATTN_TOKEN_GROUPS) return 0;
-  return attention_rows_hot(a);
+  return attention_rows_read(a, CONVERT_MIN_READS);
 }
 
 /* ---- context parallelism: the merge of the ranks' candidate lists (dsa_topk_merge) ------------ */

@@ -390,8 +390,9 @@ size_t dsa_plan_attention_workspace(const dsa_sparse_mla_args *a, const dsa_atte
 
 /* Any plan for s <= DSA_PLAN_MAX_SMS SMs splits only when units < s, and then into at most
  * 2 s / units (and num_blocks) pieces, units counted at the widest head tile (the fewest): that many
- * splits is an upper bound for every device and tile. The seesaw over packed FP8 KV needs the
- * converted rows instead. */
+ * splits is an upper bound for every device and tile — for mma_split, and rows_as_m, which runs the call
+ * on mma_split where the device refuses its cluster. heads_as_m and the seesaw merge their splits in the
+ * cluster (refused, they run unsplit): only the converted rows. */
 size_t dsa_plan_attention_workspace_bound(const dsa_sparse_mla_args *a, int kernel, int convert) {
   if (a->num_tokens <= 0) return 0;
   const int fp8 = a->kv_format == DSA_KV_FP8_PACKED;
@@ -404,8 +405,8 @@ size_t dsa_plan_attention_workspace_bound(const dsa_sparse_mla_args *a, int kern
   /* token groups: their unions (their plan takes nothing from the device) */
   if (kernel == DSA_ATTN_TOKEN_GROUPS && mla_token_group(a))
     return rows + dsa_tg_layout_of(a, mla_tg_groups(a)).total;
-  if (kernel == DSA_ATTN_SEESAW && fp8) return rows;
-  const dsa_attention_plan pl = mla_plan_mma_split(a, DSA_PLAN_MAX_SMS, mla_mma_split_max_mt(a)); /* the others need none */
+  if (kernel == DSA_ATTN_SEESAW || kernel == DSA_ATTN_HEADS_AS_M) return rows;
+  const dsa_attention_plan pl = mla_plan_mma_split(a, DSA_PLAN_MAX_SMS, mla_mma_split_max_mt(a));
   const int64_t units = (int64_t)a->num_tokens * pl.groups;
   if (units >= DSA_PLAN_MAX_SMS) return rows;
   int64_t splits = 2 * DSA_PLAN_MAX_SMS / units;
