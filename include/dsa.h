@@ -311,7 +311,7 @@ DSA_API dsa_status dsa_topk(const dsa_topk_args *args, void *workspace, size_t w
  * heads from 8192 / heads tokens, e.g. a prefill chunk; attention:token_groups forces them at 8, 16
  * and 32 heads, heads_as_m at other head counts) run heads_as_m over groups of 64 / H consecutive
  * tokens, a CTA over the union of their index lists sorted by slot, so a row neighbouring tokens share
- * is read and multiplied once.
+ * is read and multiplied once (over packed FP8 rows converted first, with the seesaw's consumers).
  */
 typedef struct {
   const void *q;            /* [num_tokens, num_heads, 576] bf16, contiguous, 16-B aligned */

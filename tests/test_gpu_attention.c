@@ -109,9 +109,13 @@ static void mla_case_run(const void *arg) {
   chk_end();
 
   /* forced to mma_split or rows_as_m nothing is converted; the seesaw converts whatever its workspace; where
-   * the choice is the seesaw, the workspace less the rows runs heads_as_m (other sums: compared above) */
+   * the converted rows run the seesaw's consumers (c->seesaw: the seesaw chosen in heads_as_m's place, or
+   * token groups, whose converted rows always do), the workspace less the rows runs heads_as_m's (other
+   * sums: each compared with the reference above) */
   const char *forced = getenv("DSA_KERNEL");
-  if (c->converted && (forced ? strstr(forced, "heads_as_m") || strstr(forced, "token_groups") : !c->seesaw)) {
+  if (forced && !*forced) forced = NULL; /* set but empty: no override (the library reads it so too) */
+  if (c->converted &&
+      (forced ? strstr(forced, "heads_as_m") || (strstr(forced, "token_groups") && !c->seesaw) : !c->seesaw)) {
     /* The rows converted first are the ones the FP8 producer makes in shared memory, so both paths give
      * the same bits; the converted rows (dsa.h: num_slots x 1152 B rounded up to 256, then num_slots x
      * 4 B, the whole rounded up to 256) lead the workspace the size query reports. */
@@ -279,22 +283,23 @@ static const mla_case k_mla_cases[] = {
     {.name = "sparse MLA H8 bf16 kv_stride 640, T1030 topk24, 50% shared", .H = 8, .T = 1030, .topk = 24,
      .fmt = DSA_KV_BF16, .kv_stride = 640, .q_amp = 1.0, .num_slots = 60000, .share = 0.5, .seed = 439},
     /* packed FP8 read many times over (entries >= 32 x the slots, the rows within the workspace cap): the
-     * cache converted into the workspace first, then copied as bf16 rows are (heads_as_m's CTAs, its
-     * persistent grid, its clusters; token groups), against the unconverted kernels bit for bit: random
-     * bytes, lens, -1 and out-of-range entries, repeats, a token without entries, determinism; a wave of
-     * units over them runs the seesaw (its own bf16 case after these) */
+     * cache converted into the workspace first, then copied as bf16 rows are, random bytes, lens, -1 and
+     * out-of-range entries, repeats, a token without entries, determinism. As chosen they run the seesaw
+     * (heads_as_m's place) or token groups with the seesaw's consumers; with DSA_KERNEL=attention:heads_as_m
+     * heads_as_m's CTAs, its persistent grid, its clusters, against the unconverted kernel bit for bit.
+     * The seesaw's own bf16 case after these. */
     {.name = "sparse MLA H64 fp8 (random bytes) T300 topk512, lens, converted", .H = 64, .T = 300, .topk = 512,
      .fmt = DSA_KV_FP8_PACKED, .fp8_random_bytes = 1, .lens_given = 1, .all_invalid_token = 1, .q_amp = 2.0,
      .num_slots = 4000, .check_determinism = 1, .converted = 1, .seesaw = 1, .seed = 440},
     {.name = "sparse MLA H128 fp8 (stored) T3 topk2048, lens, converted", .H = 128, .T = 3, .topk = 2048,
      .fmt = DSA_KV_FP8_PACKED, .lens_given = 1, .q_amp = 1.0, .num_slots = 380, .check_determinism = 1,
-     .converted = 1, .seed = 441},
+     .converted = 1, .seesaw = 1, .seed = 441},
     {.name = "sparse MLA H16 fp8 (stored) T600 topk256, lens, 90% shared, converted", .H = 16, .T = 600,
      .topk = 256, .fmt = DSA_KV_FP8_PACKED, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0,
-     .num_slots = 4000, .check_determinism = 1, .share = 0.9, .converted = 1, .seed = 442},
+     .num_slots = 4000, .check_determinism = 1, .share = 0.9, .converted = 1, .seesaw = 1, .seed = 442},
     {.name = "sparse MLA H8 fp8 (random bytes) T1100 topk128, 50% shared, converted", .H = 8, .T = 1100,
      .topk = 128, .fmt = DSA_KV_FP8_PACKED, .fp8_random_bytes = 1, .q_amp = 2.0, .num_slots = 4000,
-     .share = 0.5, .converted = 1, .seed = 443},
+     .share = 0.5, .converted = 1, .seesaw = 1, .seed = 443},
     {.name = "sparse MLA H128 bf16 kv_stride 640, T70 topk1000, lens, seesaw", .H = 128, .T = 70, .topk = 1000,
      .fmt = DSA_KV_BF16, .kv_stride = 640, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0,
      .num_slots = 4000, .check_determinism = 1, .seesaw = 1, .seed = 444},

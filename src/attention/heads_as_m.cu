@@ -641,7 +641,7 @@ __device__ __forceinline__ float hm_rescale_factor(float m, float M) { return pt
  * lives in l_s during the chunks. An odd count ends with a pair whose tile 1 holds no rows (all skipped:
  * P1 = 0), so every pair runs the same code (wgmma under a branch is serialised, ptxas C7520; the next
  * pair's QK, under one, is not: no wgmma is in flight where its paths join). */
-template <bool FP8, int j>
+template <bool FP8, int j, int TG = 0>
 __device__ __forceinline__ void hm_consume_seesaw(const hm_params &p, const hm_ctx &x, int w, int lane) {
   const int g = lane >> 2, qd = lane & 3, h0 = 16 * w + g, dbase = 256 * j;
   const mbar_ring pr = hm_pair_ring_of(x.q_u32 - HM_Q_OFF);
@@ -659,7 +659,7 @@ __device__ __forceinline__ void hm_consume_seesaw(const hm_params &p, const hm_c
     if constexpr (j == 0) {
       float(&s)[32] = s0;
       float a0, a1, ps0, ps1;
-      hm_softmax<FP8, 0>(s, p, x, 0, qd, qs0, qs1, m0, m1, a0, a1, ps0, ps1, h0);
+      hm_softmax<FP8, TG>(s, p, x, 0, qd, qs0, qs1, m0, m1, a0, a1, ps0, ps1, h0);
       l0 = l0 * a0 + ps0;
       l1 = l1 * a1 + ps1;
       hm_p_row_factors<FP8>(s, x, 0, qd);
@@ -711,7 +711,7 @@ __device__ __forceinline__ void hm_consume_seesaw(const hm_params &p, const hm_c
       ptx_bar_sync(HM_BAR_M_0TO1, 256); /* m0 */
       float M0 = m_s[h0], M1 = m_s[h0 + 8];
       float a0, a1, ps0, ps1;
-      hm_softmax<FP8, 0>(s, p, x, 1, qd, qs0, qs1, M0, M1, a0, a1, ps0, ps1, h0);
+      hm_softmax<FP8, TG>(s, p, x, 1, qd, qs0, qs1, M0, M1, a0, a1, ps0, ps1, h0);
       hm_p_row_factors<FP8>(s, x, 1, qd);
       const float f0 = hm_rescale_factor(m0, M0), f1 = hm_rescale_factor(m1, M1);
       m0 = M0;
@@ -762,11 +762,11 @@ __device__ __forceinline__ void hm_consume_seesaw(const hm_params &p, const hm_c
     return;
   }
   if (j == 0 && qd == 0 && p.io.lse) {
-    const int H = p.num_heads;
-    if (x.head0 + h0 < H) p.io.lse[x.t * H + x.head0 + h0] = mla_lse(m0, L0);
-    if (x.head0 + h0 + 8 < H) p.io.lse[x.t * H + x.head0 + h0 + 8] = mla_lse(m1, L1);
+    const int H = p.num_heads, lim = TG ? x.q_rows : H; /* token groups: the group's rows */
+    if (x.head0 + h0 < lim) p.io.lse[x.t * H + x.head0 + h0] = mla_lse(m0, L0);
+    if (x.head0 + h0 + 8 < lim) p.io.lse[x.t * H + x.head0 + h0 + 8] = mla_lse(m1, L1);
   }
-  hm_store_out<0>(p, x, o, h0, qd, dbase, L0, L1);
+  hm_store_out<TG>(p, x, o, h0, qd, dbase, L0, L1);
 }
 
 /* Splits: merge the cluster's (m, l, O) through distributed shared memory, in rank order (the same
@@ -1003,18 +1003,19 @@ __device__ __forceinline__ void hm_produce_bf16(const hm_params &p, const int32_
  * the next; H100, 2026-12-06, us, that / this / this with warpgroup 0's next QK behind its PV (as now):
  * decode 128 x 128 bf16 172.1 / 160.6 / 160.3, prefill 4096 x 128 FP8 4,751 / 4,676 / 4,632, bf16
  * 4,589 / 4,679 / 4,560 (docs/bench/attn-seesaw-arrivals-h100-2026-12-06/). */
-template <bool CONVERTED>
+template <bool CONVERTED, int TG = 0>
 __device__ __forceinline__ void hm_produce_pairs(const hm_params &p, const int32_t *idx_row, int end, int n,
                                                  uint32_t tile_u32, const mbar_ring &pr, int *valid_s, float *colf_s,
-                                                 int w, int lane) {
+                                                 int w, int lane, const uint8_t *mask_row = nullptr) {
   const int r4 = lane >> 3, pl = lane & 7;
   const float *colf_rows = CONVERTED ? hm_converted_factors(p) : nullptr;
-  int raw[2][4], slot[2][4]; /* per tile: the next chunk's entries; the chunk in it */
+  int raw[2][4], slot[2][4], msk[2][4]; /* per tile: the next chunk's entries (token groups: masks); the chunk in it */
 #pragma unroll
   for (int t = 0; t < 2; ++t)
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       raw[t][q] = mla_entry_raw(idx_row, t * HM_ROWS + 16 * w + 4 * q + r4, end);
+      msk[t][q] = TG ? hm_tg_mask(mask_row, t * HM_ROWS + 16 * w + 4 * q + r4, end) : 0;
       slot[t][q] = -1;
     }
   for (int i = 0; 2 * i < n; ++i) {
@@ -1036,7 +1037,7 @@ __device__ __forceinline__ void hm_produce_pairs(const hm_params &p, const int32
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const int r = 16 * w + 4 * q + r4;
-        if (first && pl == 0) valid_s[t * HM_ROWS + r] = slot[t][q];
+        if (first && pl == 0) valid_s[t * HM_ROWS + r] = TG ? (slot[t][q] >= 0 ? msk[t][q] : 0) : slot[t][q];
         hm_copy_row(tile, r, pl, p, slot[t][q], h == HM_HALF_L ? 0 : 4, h == HM_HALF_L ? 4 : 9);
       }
       ptx_cp_async_mbar_arrive(ring_full(hr, 0)); /* the phase waits for these copies to land */
@@ -1047,7 +1048,10 @@ __device__ __forceinline__ void hm_produce_pairs(const hm_params &p, const int32
       ptx_mbar_arrive(ring_full(hr, 0)); /* the slots and factors (release) */
       if (first) {
 #pragma unroll
-        for (int q = 0; q < 4; ++q) raw[t][q] = mla_entry_raw(idx_row, (c + 2) * HM_ROWS + 16 * w + 4 * q + r4, end);
+        for (int q = 0; q < 4; ++q) {
+          raw[t][q] = mla_entry_raw(idx_row, (c + 2) * HM_ROWS + 16 * w + 4 * q + r4, end);
+          if (TG) msk[t][q] = hm_tg_mask(mask_row, (c + 2) * HM_ROWS + 16 * w + 4 * q + r4, end);
+        }
       }
     }
   }
@@ -1346,7 +1350,8 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_pa
     const int w = warp - 8;
     if constexpr (SEESAW) { /* bf16 rows or FP8 ones converted first, by tile halves */
       ptx_setmaxnreg_dec<HM_REG_PRODUCER(false)>();
-      hm_produce_pairs<FP8>(p, u.idx_row, u.end, u.n, tile_u32, hm_pair_ring_of(s_u32), valid_s, colf_s, w, lane);
+      hm_produce_pairs<FP8, TG>(p, u.idx_row, u.end, u.n, tile_u32, hm_pair_ring_of(s_u32), valid_s, colf_s, w, lane,
+                                mask_row);
     } else if constexpr (!FP8) {
       ptx_setmaxnreg_dec<HM_REG_PRODUCER(false)>();
       hm_produce_bf16<false, TG>(p, u.idx_row, u.end, u.n, 0, tile_u32, ring, valid_s, colf_s, w, lane, mask_row);
@@ -1369,10 +1374,10 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_pa
   if (SEESAW) {
     if (cw == 0) { /* each role's loop after its setmaxnreg (else ptxas serialises its wgmmas, C7520) */
       ptx_setmaxnreg_inc<HM_REG_SEESAW>(); /* both: an O half, S and the softmax */
-      hm_consume_seesaw<FP8, 0>(p, x, warp & 3, lane);
+      hm_consume_seesaw<FP8, 0, TG>(p, x, warp & 3, lane);
     } else {
       ptx_setmaxnreg_inc<HM_REG_SEESAW>();
-      hm_consume_seesaw<FP8, 1>(p, x, warp & 3, lane);
+      hm_consume_seesaw<FP8, 1, TG>(p, x, warp & 3, lane);
     }
   } else if (cw == 0) {
     ptx_setmaxnreg_inc<HM_REG_QK(FP8)>(); /* O half, S and the softmax */
@@ -1501,17 +1506,23 @@ static cudaError_t hm_launch(hm_params prm, int64_t num_tokens, int ctas, cudaSt
 /* Token groups: per launch of the plan's groups, the unions (token_groups.cu) into the workspace (after
  * the converted rows, if any), then a CTA a group; each group is a token of 64 heads for q, out and lse
  * (its tokens' rows are consecutive), the workspace's unions its index rows. */
-template <bool FP8, bool CONVERTED, int TG>
+template <bool FP8, bool SEESAW, bool CONVERTED, int TG>
 static cudaError_t hm_tg_launch(const hm_params &prm, int64_t groups, cudaStream_t stream) {
   static dsa_smem_cache cache;
-  return dsa_launch_smem_cluster(hm_attention_kernel<FP8, false, CONVERTED, TG>, &cache, dim3((unsigned)groups),
+  return dsa_launch_smem_cluster(hm_attention_kernel<FP8, SEESAW, CONVERTED, TG>, &cache, dim3((unsigned)groups),
                                  HM_THREADS, HM_SMEM, stream, true, 0u, prm);
 }
 
+/* Packed FP8 rows converted first: the seesaw's consumers (its producer copies rows). H100, 2026-12-06,
+ * the GLM chunk over its 128k context, heads_as_m's consumers / the seesaw's, us: 16 heads 2,578 / 2,481
+ * distinct, 1,071 / 1,046 90 % shared; 8 heads 2,543 / 2,444, 944 / 927. Over bf16 rows the seesaw's
+ * gained nothing (16 heads 2,321 / 2,327, 949 / 941): heads_as_m's, as unconverted FP8
+ * (docs/bench/attn-token-groups-seesaw-h100-2026-12-06/). */
 template <int TG>
 static cudaError_t hm_tg_launch_of(bool fp8, bool converted, const hm_params &prm, int64_t groups, cudaStream_t stream) {
-  if (!fp8) return hm_tg_launch<false, false, TG>(prm, groups, stream);
-  return converted ? hm_tg_launch<true, true, TG>(prm, groups, stream) : hm_tg_launch<true, false, TG>(prm, groups, stream);
+  if (!fp8) return hm_tg_launch<false, false, false, TG>(prm, groups, stream);
+  return converted ? hm_tg_launch<true, true, true, TG>(prm, groups, stream)
+                   : hm_tg_launch<true, false, false, TG>(prm, groups, stream);
 }
 
 extern "C" int dsa_attention_token_groups_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl,

@@ -28,9 +28,12 @@ typedef struct {
                              probability, as neighbouring prefill tokens share rows (token groups) */
   int converted;          /* packed FP8 read many times over: the library converts the rows into the
                              workspace first (dsa.h); the test also runs it with the workspace less those
-                             rows (unconverted) and requires the same bits (not where the library's
-                             choice is the seesaw, which then gives way to heads_as_m: other sums) */
-  int seesaw;             /* the library's choice is the seesaw (a wave of units over rows read many times) */
+                             rows (unconverted) and requires the same bits (not where the converted
+                             rows run the seesaw's consumers, which then give way to heads_as_m's: other
+                             sums) */
+  int seesaw;             /* the library's choice runs the seesaw's consumers: the seesaw in heads_as_m's
+                             place (rows read >= 8 times a slot, bf16; >= 16, FP8), or token groups over
+                             converted rows (also where DSA_KERNEL forces token groups) */
   uint64_t seed;
 } mla_case;
 
