@@ -300,6 +300,15 @@ static const mla_case k_mla_cases[] = {
     {.name = "sparse MLA H8 fp8 (random bytes) T1100 topk128, 50% shared, converted", .H = 8, .T = 1100,
      .topk = 128, .fmt = DSA_KV_FP8_PACKED, .fp8_random_bytes = 1, .q_amp = 2.0, .num_slots = 4000,
      .share = 0.5, .converted = 1, .seesaw = 1, .seed = 443},
+    /* token groups over caches of at most 262,144 slots whose tokens list no slot twice: the unions
+     * built without the sort (a bitmap of the slots); other groups' repeats take the sort */
+    {.name = "sparse MLA H16 fp8 (stored) T600 topk256, lens, 90% shared, converted, distinct", .H = 16, .T = 600,
+     .topk = 256, .fmt = DSA_KV_FP8_PACKED, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0,
+     .num_slots = 4000, .check_determinism = 1, .share = 0.9, .converted = 1, .seesaw = 1, .distinct = 1,
+     .seed = 445},
+    {.name = "sparse MLA H8 bf16 kv_stride 576, T1100 topk200, lens, 50% shared, distinct", .H = 8, .T = 1100,
+     .topk = 200, .fmt = DSA_KV_BF16, .kv_stride = 576, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0,
+     .num_slots = 30000, .check_determinism = 1, .share = 0.5, .distinct = 1, .seed = 446},
     {.name = "sparse MLA H128 bf16 kv_stride 640, T70 topk1000, lens, seesaw", .H = 128, .T = 70, .topk = 1000,
      .fmt = DSA_KV_BF16, .kv_stride = 640, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0,
      .num_slots = 4000, .check_determinism = 1, .seesaw = 1, .seed = 444},

@@ -17,6 +17,11 @@
  *   out      slots[r] and masks[r] (bit j: token j sees row r) for r < n_rows, then n_rows and the
  *            group's rows of q (64, or (T - t0) x H for a last, partial group).
  * The union's order is the slots' ascending order: the same input, the same bits.
+ * Where the cache has at most TG_BITMAP_SLOTS slots (a chunk over its own context), a group first tries
+ * without the sort (tg_union_bitmap): a bit a slot in shared memory marks the valid entries' slots,
+ * a scan of the words' popcounts gives each marked slot its row, and each entry ORs its token into its
+ * row's mask — the same rows, masks and order as the sort's where no token lists a slot twice; a
+ * repeat (a token's bit already set) sends the group to the sort.
  * Workspace of a launch of `groups` groups: dsa_tg_layout (host/plan.h).
  */
 #include <cuda_runtime.h>
@@ -30,6 +35,9 @@
 
 #define TG_THREADS 512
 #define TG_RADIX_BITS 5 /* a pass's digit: 5 bits keep the sort's storage within the sorted keys' (16 heads) */
+#define TG_BITMAP_WORDS 8192 /* the bitmap path's slots: 32 a word, 262,144 (a 256k context) */
+#define TG_BITMAP_SLOTS ((int64_t)TG_BITMAP_WORDS * 32)
+#define TG_BITMAP_WORDS_A_THREAD (TG_BITMAP_WORDS / TG_THREADS)
 
 template <int ITEMS>
 struct tg_smem {
@@ -41,8 +49,13 @@ struct tg_smem {
       uint32_t key[TG_THREADS * ITEMS]; /* sorted slots; then the union rows' token masks */
       uint8_t tok[TG_THREADS * ITEMS];  /* sorted tokens (j) */
     } sorted;
+    struct {
+      uint32_t bits[TG_BITMAP_WORDS]; /* bit s % 32 of word s / 32: a valid entry lists slot s */
+      uint32_t first[TG_BITMAP_WORDS]; /* the union row of each word's first marked slot */
+    } bm;
   } u;
-  int run_rows[TG_THREADS * ITEMS];     /* rows of each run (one slot); then their first row */
+  int run_rows[TG_THREADS * ITEMS];     /* rows of each run (one slot); then their first row (bitmap path:
+                                           the rows' token masks) */
   int slot[TG_THREADS * ITEMS];         /* union rows' slots */
   typename scan_t::TempStorage scan;
 };
@@ -50,6 +63,66 @@ struct tg_smem {
 struct tg_max_op {
   __device__ __forceinline__ int operator()(int a, int b) const { return a > b ? a : b; }
 };
+
+/* The union without the sort, for caches of at most TG_BITMAP_SLOTS slots: false (every thread alike)
+ * where a token lists a slot twice, which only the sort's rows express; else the group's outputs are
+ * written and n_rows is the union's rows. key / tok: the thread's entries (key `invalid` for one to skip). */
+template <int ITEMS>
+__device__ __forceinline__ bool tg_union_bitmap(tg_smem<ITEMS> &sm, const uint32_t (&key)[ITEMS],
+                                                const uint8_t (&tok)[ITEMS], uint32_t invalid, int64_t num_slots,
+                                                int32_t *out_slots, uint8_t *out_masks, int *repeat_s,
+                                                int &n_rows) {
+  typedef typename tg_smem<ITEMS>::scan_t scan_t;
+  const int tid = threadIdx.x, words = (int)((num_slots + 31) / 32);
+  for (int w = tid; w < words; w += TG_THREADS) sm.u.bm.bits[w] = 0u;
+  if (tid == 0) *repeat_s = 0;
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k)
+    if (key[k] != invalid) atomicOr(&sm.u.bm.bits[key[k] >> 5], 1u << (key[k] & 31));
+  __syncthreads();
+  /* thread tid's words [tid W, tid W + W): their marked slots' first row, by a scan of the counts */
+  const int w0 = tid * TG_BITMAP_WORDS_A_THREAD;
+  int mine = 0;
+#pragma unroll
+  for (int i = 0; i < TG_BITMAP_WORDS_A_THREAD; ++i) mine += w0 + i < words ? __popc(sm.u.bm.bits[w0 + i]) : 0;
+  int first;
+  scan_t(sm.scan).ExclusiveSum(mine, first, n_rows);
+#pragma unroll
+  for (int i = 0; i < TG_BITMAP_WORDS_A_THREAD; ++i)
+    if (w0 + i < words) {
+      sm.u.bm.first[w0 + i] = (uint32_t)first;
+      first += __popc(sm.u.bm.bits[w0 + i]);
+    }
+  int *mask = sm.run_rows; /* cap entries: n_rows <= cap */
+  for (int r = tid; r < n_rows; r += TG_THREADS) mask[r] = 0;
+  __syncthreads();
+  /* each entry's token into its row's mask; a token's bit already there: a repeat */
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k)
+    if (key[k] != invalid) {
+      const uint32_t w = key[k] >> 5, below = sm.u.bm.bits[w] & ((1u << (key[k] & 31)) - 1u);
+      const int row = (int)sm.u.bm.first[w] + __popc(below);
+      if (atomicOr(&mask[row], 1 << tok[k]) & (1 << tok[k])) atomicOr(repeat_s, 1);
+    }
+  __syncthreads();
+  if (*repeat_s) return false;
+  /* rows in the slots' order: thread tid's words, their marked bits ascending, staged, then stored
+   * coalesced */
+#pragma unroll 1
+  for (int i = 0; i < TG_BITMAP_WORDS_A_THREAD; ++i) {
+    if (w0 + i >= words) break;
+    uint32_t v = sm.u.bm.bits[w0 + i];
+    int r = (int)sm.u.bm.first[w0 + i];
+    for (; v; v &= v - 1u) sm.slot[r++] = (w0 + i) * 32 + __ffs(v) - 1;
+  }
+  __syncthreads();
+  for (int r = tid; r < n_rows; r += TG_THREADS) {
+    out_slots[r] = sm.slot[r];
+    out_masks[r] = (uint8_t)mask[r];
+  }
+  return true;
+}
 
 template <int ITEMS>
 __global__ void __launch_bounds__(TG_THREADS, 1)
@@ -85,6 +158,19 @@ __global__ void __launch_bounds__(TG_THREADS, 1)
         if (idx >= 0 && (int64_t)idx < num_slots) key[k] = (uint32_t)idx;
       }
     }
+  }
+  if (num_slots <= TG_BITMAP_SLOTS) {
+    __shared__ int repeat_s;
+    int n_rows;
+    if (tg_union_bitmap<ITEMS>(sm, key, tok, invalid, num_slots, out_slots, out_masks, &repeat_s, n_rows)) {
+      if (tid == 0) {
+        out_counts[0] = n_rows;
+        const int64_t q_rows = (num_tokens - t0) * heads;
+        out_counts[1] = (int)(q_rows < 64 ? q_rows : 64);
+      }
+      return;
+    }
+    __syncthreads(); /* every read of the bitmap done: the sort may take its storage */
   }
   sort_t(sm.u.sort).Sort(key, tok, 0, key_bits); /* stable: a slot's entries stay in token order */
   __syncthreads();

@@ -93,6 +93,8 @@ void mla_build(const mla_case *c, mla_prob *p) {
   p->idx_h = hmalloc((size_t)imax(T, 1) * (size_t)p->istride * 4);
   p->lens_h = hmalloc((size_t)imax(T, 1) * 4);
   const int invalid_tok = c->all_invalid_token ? (T > 1 ? T / 2 : 0) : -1;
+  int *mark = c->distinct ? hmalloc((size_t)imax((int)S, 1) * sizeof *mark) : NULL; /* t + 1: token t lists it */
+  if (mark) memset(mark, 0, (size_t)imax((int)S, 1) * sizeof *mark);
   const int zero_len_tok = c->lens_given && T >= 3 ? 1 : -1;
   for (int t = 0; t < T; t++) {
     int32_t *row = p->idx_h + (int64_t)t * p->istride;
@@ -119,7 +121,11 @@ void mla_build(const mla_case *c, mla_prob *p) {
       } else if (c->share > 0 && t > 0 && t - 1 != invalid_tok && rng_unit() < c->share) {
         row[i] = row[i - p->istride]; /* the previous token's entry */
       } else {
-        row[i] = mla_random_index(S, row, i);
+        row[i] = mla_random_index(S, row, mark ? 0 : i); /* distinct: no duplicate drawn on purpose */
+      }
+      if (mark && i < lens && row[i] >= 0 && row[i] < S) { /* distinct: a valid slot at most once a token */
+        while (mark[row[i]] == t + 1) row[i] = (int32_t)rng_below(S);
+        mark[row[i]] = t + 1;
       }
     }
     for (int64_t i = topk; i < p->istride; i++) row[i] = (int32_t)rng_below(S); /* stride padding */

@@ -31,6 +31,8 @@ typedef struct {
                              rows (unconverted) and requires the same bits (not where the converted
                              rows run the seesaw's consumers, which then give way to heads_as_m's: other
                              sums) */
+  int distinct;           /* no token lists a valid slot twice (within lens): token groups' unions then
+                             take their path without the sort where the cache is small */
   int seesaw;             /* the library's choice runs the seesaw's consumers: the seesaw in heads_as_m's
                              place (rows read >= 8 times a slot, bf16; >= 16, FP8), or token groups over
                              converted rows (also where DSA_KERNEL forces token groups) */
