@@ -279,12 +279,12 @@ DSA_API dsa_status dsa_topk(const dsa_topk_args *args, void *workspace, size_t w
  * A token with no valid entry gets out = 0 and lse = -inf.
  * Workspace: split partials for small batches (fewer tokens x head groups than SMs) where mma_split or
  * rows_as_m runs: at most 2 x 132 CTAs x 16..64 heads x 2 KiB, ~35 MiB; 0 for heads_as_m and large
- * batches, except token groups (8 and 16
- * heads, tokens x heads >= 8192, or DSA_KERNEL=attention:token_groups): the unions of neighbouring
- * tokens' lists, (64 / H) x topk x 5 B a group of 64 / H tokens, at most 64 MiB — given less than the
- * query reports there, the call runs a kernel that needs none instead (unless forced: then
- * DSA_ERR_WORKSPACE_TOO_SMALL); the seesaw (chosen, or forced by DSA_KERNEL=attention:seesaw) with
- * packed FP8 KV: the converted rows, below. Packed FP8 KV read many times over — tokens x topk x ceil(heads / 64) >= 32 x num_slots, as in a
+ * batches, except token groups (8 and 16 heads, tokens x heads >= 8192, or
+ * DSA_KERNEL=attention:token_groups): the unions of neighbouring tokens' lists, (64 / H) x topk x 5 B
+ * a group of 64 / H tokens, at most 64 MiB — given less than the query reports there, the call runs a
+ * kernel that needs none instead (unless forced: then DSA_ERR_WORKSPACE_TOO_SMALL); the seesaw (chosen,
+ * or forced by DSA_KERNEL=attention:seesaw) with packed FP8 KV: the converted rows, below. Packed FP8
+ * KV read many times over — tokens x topk x ceil(heads / 64) >= 32 x num_slots, as in a
  * prefill over its own context passed as the cache (the request's rows gathered, indices as their rows),
  * and the rows at most 256 MiB — where the table picks heads_as_m, token groups or the seesaw: every slot
  * converted once into the workspace's start as the f16 rows the FP8 kernels make in shared memory (the
@@ -305,9 +305,9 @@ DSA_API dsa_status dsa_topk(const dsa_topk_args *args, void *workspace, size_t w
  * schedule: a few % faster than heads_as_m at prefill, slower at decode batches; chosen in heads_as_m's
  * place where tokens x topk x ceil(heads / 64) >= 8 x num_slots with bf16 KV, 16 x num_slots with
  * packed FP8 and its rows within 256 MiB; with packed FP8 KV it first converts every one of the
- * num_slots slots into the workspace as heads_as_m's f16 rows — the same values — so the workspace query then asks
- * num_slots x 1152 B, rounded up to 256, + num_slots x 4 B: sensible only for a cache of about
- * the rows the call reads, e.g. one prefill context). Token groups (the library's choice at 8 and 16
+ * num_slots slots into the workspace as heads_as_m's f16 rows — the same values — so the workspace
+ * query then asks num_slots x 1152 B, rounded up to 256, + num_slots x 4 B: sensible only for a cache
+ * of about the rows the call reads, e.g. one prefill context). Token groups (the library's choice at 8 and 16
  * heads from 8192 / heads tokens, e.g. a prefill chunk; attention:token_groups forces them at 8, 16
  * and 32 heads, heads_as_m at other head counts) run heads_as_m over groups of 64 / H consecutive
  * tokens, a CTA over the union of their index lists sorted by slot, so a row neighbouring tokens share

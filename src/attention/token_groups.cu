@@ -64,6 +64,14 @@ struct tg_max_op {
   __device__ __forceinline__ int operator()(int a, int b) const { return a > b ? a : b; }
 };
 
+/* The group's two counts: its union rows, and its rows of q (64, or fewer for a last, partial group). */
+__device__ __forceinline__ void tg_store_counts(int32_t *out_counts, int n_rows, int64_t num_tokens, int64_t t0,
+                                                int heads) {
+  out_counts[0] = n_rows;
+  const int64_t q_rows = (num_tokens - t0) * heads;
+  out_counts[1] = (int)(q_rows < 64 ? q_rows : 64);
+}
+
 /* The union without the sort, for caches of at most TG_BITMAP_SLOTS slots: false (every thread alike)
  * where a token lists a slot twice, which only the sort's rows express; else the group's outputs are
  * written and n_rows is the union's rows. key / tok: the thread's entries (key `invalid` for one to skip). */
@@ -163,11 +171,7 @@ __global__ void __launch_bounds__(TG_THREADS, 1)
     __shared__ int repeat_s;
     int n_rows;
     if (tg_union_bitmap<ITEMS>(sm, key, tok, invalid, num_slots, out_slots, out_masks, &repeat_s, n_rows)) {
-      if (tid == 0) {
-        out_counts[0] = n_rows;
-        const int64_t q_rows = (num_tokens - t0) * heads;
-        out_counts[1] = (int)(q_rows < 64 ? q_rows : 64);
-      }
+      if (tid == 0) tg_store_counts(out_counts, n_rows, num_tokens, t0, heads);
       return;
     }
     __syncthreads(); /* every read of the bitmap done: the sort may take its storage */
@@ -236,11 +240,7 @@ __global__ void __launch_bounds__(TG_THREADS, 1)
     out_slots[r] = sm.slot[r];
     out_masks[r] = (uint8_t)mask[r];
   }
-  if (tid == 0) {
-    out_counts[0] = n_rows;
-    const int64_t q_rows = (num_tokens - t0) * heads;
-    out_counts[1] = (int)(q_rows < 64 ? q_rows : 64);
-  }
+  if (tid == 0) tg_store_counts(out_counts, n_rows, num_tokens, t0, heads);
 }
 
 template <int ITEMS>

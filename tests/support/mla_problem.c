@@ -93,6 +93,7 @@ void mla_build(const mla_case *c, mla_prob *p) {
   p->idx_h = hmalloc((size_t)imax(T, 1) * (size_t)p->istride * 4);
   p->lens_h = hmalloc((size_t)imax(T, 1) * 4);
   const int invalid_tok = c->all_invalid_token ? (T > 1 ? T / 2 : 0) : -1;
+  if (c->distinct && topk > S) abort_case("%s: distinct entries need num_slots >= topk", c->name);
   int *mark = c->distinct ? hmalloc((size_t)imax((int)S, 1) * sizeof *mark) : NULL; /* t + 1: token t lists it */
   if (mark) memset(mark, 0, (size_t)imax((int)S, 1) * sizeof *mark);
   const int zero_len_tok = c->lens_given && T >= 3 ? 1 : -1;
