@@ -7,7 +7,8 @@
   dev/ptx_compare.py diff BEFORE_DIR AFTER_DIR every kernel (.entry) of BEFORE matched to one of AFTER
                                                by its normalised text; prints the unmatched
 
-Normalised: comments, .loc / .file and the module header dropped; every mangled name (the kernel's
+Normalised: comments, .loc / .file and the module header dropped; inline-asm labels (WAIT_%=) numbered
+per kernel; every mangled name (the kernel's
 own, its parameters', its static shared arrays', any .func it calls) replaced by its order of first
 appearance; basic-block labels and local depots numbered per kernel; the bodies of the .func it
 calls and the declarations of the module-scope variables it names appended. Two kernels match when
@@ -89,6 +90,9 @@ def signature(entry_text, funcs, vars_, seen=None):
         return ids[base] + suffix
     body = re.sub(r"\$L__BB\d+_", "$L__BB_", entry_text)
     body = re.sub(r"__local_depot\d+", "__local_depot", body)
+    body = re.sub(r"//.*", "", body)  # comments: `{ // callseq N` numbers the module's calls
+    asm_labels = {}  # inline-asm labels (`WAIT_%=`: numbered through the module): in order of appearance
+    body = re.sub(r"\b([A-Z]+)_\d+\b", lambda m: asm_labels.setdefault(m.group(0), "%s_%d" % (m.group(1), len(asm_labels))), body)
     body = MANGLED.sub(canon, body)
     body = re.sub(r"(\.reg\s+\.\w+\s+%\w+)<\d+>", r"\1<N>", body)
     extra = []
