@@ -90,7 +90,8 @@ dsa_gpu_test(dsa.gpu_indexer_fused test_gpu_indexer "DSA_KERNEL=indexer:fused")
 dsa_gpu_test(dsa.gpu_indexer_fused_wgmma test_gpu_indexer "DSA_KERNEL=indexer:fused,scores:wgmma")
 # the API cases (a workspace one byte short, empty batches, the CUDA graph of decode + attention) on
 # each forced kernel too: every kernel captured in a graph
-foreach(forced attention:mma_split attention:rows_as_m attention:heads_as_m attention:seesaw scores:mma scores:wgmma
+foreach(forced attention:mma_split attention:rows_as_m attention:heads_as_m attention:seesaw attention:token_groups
+        scores:mma scores:wgmma
         scores:wgmma_tma topk:chain topk:slices indexer:separate indexer:fused)
   string(REPLACE ":" "_" _name ${forced})
   dsa_gpu_test(dsa.gpu_api_${_name} test_gpu_api "DSA_KERNEL=${forced}")
