@@ -309,6 +309,25 @@ static const mla_case k_mla_cases[] = {
     {.name = "sparse MLA H8 bf16 kv_stride 576, T1100 topk200, lens, 50% shared, distinct", .H = 8, .T = 1100,
      .topk = 200, .fmt = DSA_KV_BF16, .kv_stride = 576, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0,
      .num_slots = 30000, .check_determinism = 1, .share = 0.5, .distinct = 1, .seed = 446},
+    /* the same over caches of more than 262,144 slots (an engine's pool: the unions in two levels, a bit
+     * for each word of 32 slots an entry touches), and a group whose tokens repeat a slot there (the sort) */
+    {.name = "sparse MLA H16 fp8 (stored) T600 topk256, lens, 90% shared, distinct, pool", .H = 16, .T = 600,
+     .topk = 256, .fmt = DSA_KV_FP8_PACKED, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0,
+     .num_slots = 300000, .check_determinism = 1, .share = 0.9, .distinct = 1, .seed = 447},
+    {.name = "sparse MLA H8 bf16 kv_stride 576, T1100 topk200, lens, 50% shared, distinct, pool", .H = 8, .T = 1100,
+     .topk = 200, .fmt = DSA_KV_BF16, .kv_stride = 576, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0,
+     .num_slots = 300000, .check_determinism = 1, .share = 0.5, .distinct = 1, .seed = 448},
+    {.name = "sparse MLA H16 fp8 (random bytes) T600 topk256, 50% shared, pool", .H = 16, .T = 600, .topk = 256,
+     .fmt = DSA_KV_FP8_PACKED, .fp8_random_bytes = 1, .q_amp = 2.0, .num_slots = 300000, .share = 0.5,
+     .seed = 449},
+    /* topk 2048: groups of 8192 (16 heads) and 16,384 (8 heads) entries (DSA_KERNEL=attention:token_groups;
+     * as chosen, 40 tokens run other kernels) */
+    {.name = "sparse MLA H16 fp8 (stored) T40 topk2048, lens, 90% shared, distinct, pool", .H = 16, .T = 40,
+     .topk = 2048, .fmt = DSA_KV_FP8_PACKED, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0,
+     .num_slots = 300000, .check_determinism = 1, .share = 0.9, .distinct = 1, .seed = 450},
+    {.name = "sparse MLA H8 bf16 kv_stride 576, T40 topk2048, lens, 90% shared, distinct, pool", .H = 8, .T = 40,
+     .topk = 2048, .fmt = DSA_KV_BF16, .kv_stride = 576, .lens_given = 1, .q_amp = 1.0, .num_slots = 300000,
+     .check_determinism = 1, .share = 0.9, .distinct = 1, .seed = 451},
     {.name = "sparse MLA H128 bf16 kv_stride 640, T70 topk1000, lens, seesaw", .H = 128, .T = 70, .topk = 1000,
      .fmt = DSA_KV_BF16, .kv_stride = 640, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0,
      .num_slots = 4000, .check_determinism = 1, .seesaw = 1, .seed = 444},

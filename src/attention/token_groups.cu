@@ -21,7 +21,9 @@
  * without the sort (tg_union_bitmap): a bit a slot in shared memory marks the valid entries' slots,
  * a scan of the words' popcounts gives each marked slot its row, and each entry ORs its token into its
  * row's mask — the same rows, masks and order as the sort's where no token lists a slot twice; a
- * repeat (a token's bit already set) sends the group to the sort.
+ * repeat (a token's bit already set) sends the group to the sort. Over caches of up to TG_BITMAP2_SLOTS
+ * slots (an engine's pool of 4M) the same in two levels (tg_union_bitmap2): a bit for each word of 32
+ * slots an entry touches, the touched words kept compact.
  * Workspace of a launch of `groups` groups: dsa_tg_layout (host/plan.h).
  */
 #include <cuda_runtime.h>
@@ -38,6 +40,11 @@
 #define TG_BITMAP_WORDS 8192 /* the bitmap path's slots: 32 a word, 262,144 (a 256k context) */
 #define TG_BITMAP_SLOTS ((int64_t)TG_BITMAP_WORDS * 32)
 #define TG_BITMAP_WORDS_A_THREAD (TG_BITMAP_WORDS / TG_THREADS)
+/* Caches of up to TG_BITMAP2_SLOTS slots (an engine's pool: 4M slots): two levels, a bit a word of 32
+ * slots (TG_L1_WORDS words of those bits), the words any entry touches kept compact in rank order */
+#define TG_L1_WORDS 4096
+#define TG_BITMAP2_SLOTS ((int64_t)TG_L1_WORDS * 32 * 32)
+#define TG_L1_WORDS_A_THREAD (TG_L1_WORDS / TG_THREADS)
 
 template <int ITEMS>
 struct tg_smem {
@@ -53,12 +60,19 @@ struct tg_smem {
       uint32_t bits[TG_BITMAP_WORDS]; /* bit s % 32 of word s / 32: a valid entry lists slot s */
       uint32_t first[TG_BITMAP_WORDS]; /* the union row of each word's first marked slot */
     } bm;
+    struct {
+      uint32_t l1[TG_L1_WORDS];           /* bit w % 32 of l1[w / 32]: an entry lists a slot of word w */
+      uint32_t l1_first[TG_L1_WORDS];     /* the compact index of each l1 word's first touched word */
+      uint32_t bits[TG_THREADS * ITEMS];  /* the touched words' slot bits, compact (at most an entry each) */
+    } bm2;
   } u;
   int run_rows[TG_THREADS * ITEMS];     /* rows of each run (one slot); then their first row (bitmap path:
                                            the rows' token masks) */
   int slot[TG_THREADS * ITEMS];         /* union rows' slots */
   typename scan_t::TempStorage scan;
 };
+
+static_assert(sizeof(tg_smem<32>) <= 227 * 1024, "the union's shared memory, at 8 heads");
 
 struct tg_max_op {
   __device__ __forceinline__ int operator()(int a, int b) const { return a > b ? a : b; }
@@ -132,6 +146,92 @@ __device__ __forceinline__ bool tg_union_bitmap(tg_smem<ITEMS> &sm, const uint32
   return true;
 }
 
+/* The same for caches of up to TG_BITMAP2_SLOTS slots, in two levels: a bit for each word of 32 slots
+ * that an entry touches, a scan of those bits' popcounts giving each touched word its compact index, the
+ * entries' slot bits ORed into the compact words, a scan of theirs giving each slot its row. The same
+ * rows, masks and order as tg_union_bitmap (and the sort, where no token repeats a slot). The compact
+ * words' first rows are kept in sm.slot, the masks in sm.run_rows; the rows go out from each thread's
+ * level-1 words, in order. */
+template <int ITEMS>
+__device__ __forceinline__ bool tg_union_bitmap2(tg_smem<ITEMS> &sm, const uint32_t (&key)[ITEMS],
+                                                 const uint8_t (&tok)[ITEMS], uint32_t invalid, int32_t *out_slots,
+                                                 uint8_t *out_masks, int *repeat_s, int &n_rows) {
+  typedef typename tg_smem<ITEMS>::scan_t scan_t;
+  const int tid = threadIdx.x;
+  uint32_t *l1 = sm.u.bm2.l1, *l1_first = sm.u.bm2.l1_first, *bits = sm.u.bm2.bits;
+  int *first = sm.slot, *mask = sm.run_rows; /* [compact word]: its first row; [row]: its token mask */
+#pragma unroll
+  for (int i = 0; i < TG_L1_WORDS_A_THREAD; ++i) l1[tid * TG_L1_WORDS_A_THREAD + i] = 0u;
+  if (tid == 0) *repeat_s = 0;
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k)
+    if (key[k] != invalid) atomicOr(&l1[key[k] >> 10], 1u << ((key[k] >> 5) & 31));
+  __syncthreads();
+  /* thread tid's level-1 words: the compact index of their touched words, by a scan of the counts */
+  const int w0 = tid * TG_L1_WORDS_A_THREAD;
+  int mine = 0, cw, n_words;
+#pragma unroll
+  for (int i = 0; i < TG_L1_WORDS_A_THREAD; ++i) mine += __popc(l1[w0 + i]);
+  scan_t(sm.scan).ExclusiveSum(mine, cw, n_words); /* n_words <= the valid entries <= TG_THREADS x ITEMS */
+#pragma unroll
+  for (int i = 0; i < TG_L1_WORDS_A_THREAD; ++i) {
+    l1_first[w0 + i] = (uint32_t)cw;
+    cw += __popc(l1[w0 + i]);
+  }
+  for (int c = tid; c < n_words; c += TG_THREADS) bits[c] = 0u;
+  __syncthreads();
+  /* the entries' slot bits into their compact words (the word's index kept for the rows) */
+  int word_of[ITEMS];
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) {
+    word_of[k] = 0;
+    if (key[k] != invalid) {
+      const uint32_t w = key[k] >> 5, lw = w >> 5;
+      word_of[k] = (int)l1_first[lw] + __popc(l1[lw] & ((1u << (w & 31)) - 1u));
+      atomicOr(&bits[word_of[k]], 1u << (key[k] & 31));
+    }
+  }
+  __syncthreads();
+  /* thread tid's compact words [tid ITEMS, tid ITEMS + ITEMS): their first rows */
+  int rows = 0, r0;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) rows += tid * ITEMS + i < n_words ? __popc(bits[tid * ITEMS + i]) : 0;
+  __syncthreads(); /* the scan's storage is reused */
+  scan_t(sm.scan).ExclusiveSum(rows, r0, n_rows);
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i)
+    if (tid * ITEMS + i < n_words) {
+      first[tid * ITEMS + i] = r0;
+      r0 += __popc(bits[tid * ITEMS + i]);
+    }
+  for (int r = tid; r < n_rows; r += TG_THREADS) mask[r] = 0;
+  __syncthreads();
+  /* each entry's token into its row's mask; a token's bit already there: a repeat */
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k)
+    if (key[k] != invalid) {
+      const int row = first[word_of[k]] + __popc(bits[word_of[k]] & ((1u << (key[k] & 31)) - 1u));
+      if (atomicOr(&mask[row], 1 << tok[k]) & (1 << tok[k])) atomicOr(repeat_s, 1);
+    }
+  __syncthreads();
+  if (*repeat_s) return false;
+  /* rows in the slots' order: thread tid's level-1 words, their touched words, their slots ascending */
+#pragma unroll 1
+  for (int i = 0; i < TG_L1_WORDS_A_THREAD; ++i) {
+    int c = (int)l1_first[w0 + i];
+    for (uint32_t v = l1[w0 + i]; v; v &= v - 1u, ++c) {
+      const int w = (w0 + i) * 32 + __ffs(v) - 1;
+      int r = first[c];
+      for (uint32_t b = bits[c]; b; b &= b - 1u, ++r) {
+        out_slots[r] = w * 32 + __ffs(b) - 1;
+        out_masks[r] = (uint8_t)mask[r];
+      }
+    }
+  }
+  return true;
+}
+
 template <int ITEMS>
 __global__ void __launch_bounds__(TG_THREADS, 1)
     tg_union_kernel(const int32_t *indices, int64_t indices_stride, const int32_t *lens, int64_t num_tokens,
@@ -167,10 +267,14 @@ __global__ void __launch_bounds__(TG_THREADS, 1)
       }
     }
   }
-  if (num_slots <= TG_BITMAP_SLOTS) {
+  if (num_slots <= TG_BITMAP2_SLOTS) {
     __shared__ int repeat_s;
     int n_rows;
-    if (tg_union_bitmap<ITEMS>(sm, key, tok, invalid, num_slots, out_slots, out_masks, &repeat_s, n_rows)) {
+    const bool done = num_slots <= TG_BITMAP_SLOTS
+                          ? tg_union_bitmap<ITEMS>(sm, key, tok, invalid, num_slots, out_slots, out_masks, &repeat_s,
+                                                   n_rows)
+                          : tg_union_bitmap2<ITEMS>(sm, key, tok, invalid, out_slots, out_masks, &repeat_s, n_rows);
+    if (done) {
       if (tid == 0) tg_store_counts(out_counts, n_rows, num_tokens, t0, heads);
       return;
     }
