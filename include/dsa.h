@@ -291,7 +291,13 @@ DSA_API dsa_status dsa_topk(const dsa_topk_args *args, void *workspace, size_t w
  * same bits, so the same results), num_slots x 1152 B rounded up to 256, + num_slots x 4 B, the whole
  * rounded up to 256, before the rest; then the kernels copy rows as over bf16 KV (4096 tokens x 128
  * heads 13 % faster, GLM's 4096-token chunk 10-13 %). Given less than the query reports there, the call
- * runs unconverted (heads_as_m in the seesaw's place).
+ * runs unconverted (heads_as_m in the seesaw's place). Over a cache whose rows all would exceed 256 MiB
+ * (an engine's pool, up to 2^27 slots), the seesaw converts only the rows the call selects, for calls of
+ * tokens x topk x ceil(heads / 64) >= 2^23 (or forced): 229,376 rows and their factors (265,158,656 B),
+ * a bitmap of the slots and its words' prefixes (2 x 4 B a 32 slots, each part rounded up to 256), the
+ * blocks' prefixes (4 B a 32,768 slots, rounded up to 256), 256 B, and the rewritten entries of a round of
+ * at most 2^24 (min(tokens, 2^24 / topk) x topk x 4 B, rounded up to 256); a call naming more slots
+ * than those rows runs heads_as_m unconverted (decided on the device).
  * The size query needs no device and holds for every sm_90 part.
  * Three kernels compute this (same contract, results within the tolerances, each deterministic):
  * mma_split (mma.sync, a token's list split over CTAs and combined), rows_as_m (wgmma, KV rows as M,

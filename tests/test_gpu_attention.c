@@ -328,6 +328,17 @@ static const mla_case k_mla_cases[] = {
     {.name = "sparse MLA H8 bf16 kv_stride 576, T40 topk2048, lens, 90% shared, distinct, pool", .H = 8, .T = 40,
      .topk = 2048, .fmt = DSA_KV_BF16, .kv_stride = 576, .lens_given = 1, .q_amp = 1.0, .num_slots = 300000,
      .check_determinism = 1, .share = 0.9, .distinct = 1, .seed = 451},
+    /* packed FP8 over a cache too large to convert whole (> 232k slots): with DSA_KERNEL=attention:seesaw
+     * (as chosen, from 2^23 entries: a prefill over an engine's pool) the slots the call names are
+     * converted first and its entries rewritten to them; where they are more than 229,376 (the second
+     * case: ~290k of 1M slots, from 344k draws), heads_as_m runs the call unconverted instead (its gated
+     * persistent grid; the seesaw's CTAs return at once). Random bytes, lens, -1 and out-of-range
+     * entries, a token without entries, determinism */
+    {.name = "sparse MLA H64 fp8 (random bytes) T300 topk512, lens, selected", .H = 64, .T = 300, .topk = 512,
+     .fmt = DSA_KV_FP8_PACKED, .fp8_random_bytes = 1, .lens_given = 1, .all_invalid_token = 1, .q_amp = 2.0,
+     .num_slots = 400000, .check_determinism = 1, .seed = 452},
+    {.name = "sparse MLA H16 fp8 (stored) T400 topk1024, selected, too many", .H = 16, .T = 400, .topk = 1024,
+     .fmt = DSA_KV_FP8_PACKED, .q_amp = 1.0, .num_slots = 1000000, .check_determinism = 1, .seed = 453},
     {.name = "sparse MLA H128 bf16 kv_stride 640, T70 topk1000, lens, seesaw", .H = 128, .T = 70, .topk = 1000,
      .fmt = DSA_KV_BF16, .kv_stride = 640, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0,
      .num_slots = 4000, .check_determinism = 1, .seesaw = 1, .seed = 444},

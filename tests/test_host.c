@@ -310,6 +310,17 @@ static dsa_status mla_call(const dsa_sparse_mla_args *a, int sms, size_t *bound)
   return dsa_sparse_mla(a, FAKE(0x100000000000ull), *bound, 0);
 }
 
+/* The workspace of the seesaw over the packed FP8 rows a call selects (host/plan.h's dsa_select_layout,
+ * written out): 229,376 rows of 1152 B and their factors, the bitmap of the slots and the words' prefixes
+ * (4 B a word of 32 slots), the blocks' prefixes (4 B a 1024 words), 256 B of control, the entries
+ * rewritten (4 B each); each part 256-byte aligned. */
+static size_t select_bytes(int64_t slots, int tokens, int topk) {
+  const size_t words = (size_t)((slots + 31) / 32), blocks = (words + 1023) / 1024;
+  const size_t a256 = 255;
+  return 229376u * 1152u + 229376u * 4u + 2 * ((words * 4 + a256) & ~a256) + ((blocks * 4 + a256) & ~a256) + 256 +
+         (((size_t)tokens * topk * 4 + a256) & ~a256);
+}
+
 /* The attention split plan is made for the current device's SM count. */
 static void test_sm_count(void) {
   /* mma_split with 1 token, rows_as_m with 64 tokens x 16 heads (each forced through DSA_KERNEL) */
@@ -349,7 +360,8 @@ static void test_sm_count(void) {
  * take no workspace (rows_as_m even when it splits). The device is an H100 SXM's: 132 SMs, clusters of
  * 4 and 8 keeping 120 CTAs (c4 overrides the 4s: the choice does not depend on it). Kernels by their dsa_attention_kernel:
  * 1 mma_split, 2 rows_as_m, 3 heads_as_m, 4 seesaw (bf16 4096 x 128 heads over the 1M slots: 16 reads a
- * slot; test_mla_convert_choice has its rule), 5 token_groups. */
+ * slot; FP8 4096 x 64 heads there: 8M entries, the rows it selects converted; test_mla_convert_choice has
+ * the rules), 5 token_groups. */
 static void test_mla_kernel_choice(void) {
   static const struct {
     int tokens, heads, fp8, sms, want, c4;
@@ -374,7 +386,7 @@ static void test_mla_kernel_choice(void) {
       {1023, 8, 1, 132, 2}, {1024, 8, 1, 132, 5}, {1023, 8, 0, 132, 3}, {1024, 8, 0, 132, 5},
       {4095, 16, 1, 132, 5}, {2048, 16, 1, 132, 5}, {5000, 16, 0, 132, 5}, {1000, 32, 1, 132, 3},
       {8192, 8, 1, 132, 5}, {65536, 16, 1, 132, 5}, {4096, 32, 1, 132, 3}, {4096, 32, 0, 132, 3},
-      {4096, 12, 1, 132, 2}, {4096, 64, 1, 132, 3}, {4096, 4, 0, 132, 3}, {2048, 1, 1, 132, 2},
+      {4096, 12, 1, 132, 2}, {4096, 64, 1, 132, 4}, {4096, 4, 0, 132, 3}, {2048, 1, 1, 132, 2},
   };
   dsa_choose_override(NULL);
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -446,8 +458,8 @@ static void test_mla_kernel_choice(void) {
           names[v - 1], "got kernel %lld, splits %lld", got, g_dsa_stub.mla_splits);
   }
   /* seesaw: heads_as_m's plan (CTAs of 64 heads, a cluster of splits below a wave); no workspace for
-   * bf16 KV, the converted rows (num_slots x 1152 B, then num_slots factors) for packed FP8 — the size
-   * query reports them too */
+   * bf16 KV; for packed FP8 the rows converted first, over these 1M slots (1.2 GB of rows) only the ones
+   * the call selects (select_bytes) — the size query reports them too */
   static const struct {
     int tokens, heads, fp8, splits;
   } ss[] = {{64, 128, 0, 1}, {1, 16, 0, 8}, {8, 64, 0, 8}, {64, 128, 1, 1}, {1, 16, 1, 8}};
@@ -456,7 +468,7 @@ static void test_mla_kernel_choice(void) {
     const dsa_sparse_mla_args b = mla_args(ss[i].tokens, ss[i].heads, ss[i].fp8 ? DSA_KV_FP8_PACKED : DSA_KV_BF16);
     size_t bound;
     const dsa_status st = mla_call(&b, 132, &bound);
-    const size_t want_ws = ss[i].fp8 ? DSA_CONVERTED_COLF_OFF(b.num_slots) + (size_t)b.num_slots * 4 : 0;
+    const size_t want_ws = ss[i].fp8 ? select_bytes(b.num_slots, b.num_tokens, b.topk) : 0;
     char name[200];
     snprintf(name, sizeof name, "DSA_KERNEL=attention:seesaw, %d tokens x %d heads, %s KV: seesaw, %d splits, %zu "
              "bytes of workspace", ss[i].tokens, ss[i].heads, ss[i].fp8 ? "FP8" : "bf16", ss[i].splits, want_ws);
@@ -628,7 +640,9 @@ static dsa_status decode_call(int reqs, int n, int max_blocks, int page_size, in
 }
 
 /* Packed FP8 KV converted first (host/choose.c): heads_as_m, token groups and the seesaw where the
- * entries are at least 32 x the slots and the rows take at most 256 MiB; the size query reports the rows
+ * entries are at least 32 x the slots and the rows take at most 256 MiB; over more slots (up to 2^27),
+ * for calls of at least 2^23 entries (tokens x topk x head groups), the seesaw on the rows the call
+ * selects (select_bytes); the size query reports the rows
  * (num_slots x 1152 B rounded up to 256, + num_slots x 4 B, the whole rounded up to 256) before the rest,
  * and a call given less runs unconverted: heads_as_m in place of the seesaw, token groups unconverted
  * (then, short of their unions too, the kernel the table picks without them). Never bf16 KV, rows_as_m,
@@ -649,7 +663,11 @@ static void test_mla_convert_choice(void) {
             {64, 128, 0, 16384, DSA_ATTN_SEESAW, 0},           /* bf16, 16 a slot */
             {32, 64, 0, 16384, DSA_ATTN_HEADS_AS_M, 0},        /* bf16, 4 a slot */
             {128, 128, 0, 1 << 20, DSA_ATTN_HEADS_AS_M, 0},    /* a bf16 decode batch over a pool */
-            {4096, 128, 1, 300000, DSA_ATTN_HEADS_AS_M, 0},    /* the rows 347 MB */
+            {4096, 128, 1, 300000, DSA_ATTN_SEESAW, 2},        /* the rows 347 MB: those selected */
+            {4096, 128, 1, 1 << 20, DSA_ATTN_SEESAW, 2},       /* a prefill over a pool: 16.8 M entries */
+            {4096, 64, 1, 1 << 22, DSA_ATTN_SEESAW, 2},        /* 8.4 M entries, a 4M pool */
+            {2048, 64, 1, 1 << 20, DSA_ATTN_HEADS_AS_M, 0},    /* 4.2 M entries: unconverted */
+            {4096, 128, 1, ((int64_t)1 << 27) + 1, DSA_ATTN_HEADS_AS_M, 0}, /* a bitmap past 16 MiB */
             {4096, 16, 1, 131072, DSA_ATTN_TOKEN_GROUPS, 1},   /* GLM's chunk over its 128k context */
             {4096, 16, 1, 1 << 20, DSA_ATTN_TOKEN_GROUPS, 0},  /* over a pool */
             {128, 128, 1, 1 << 20, DSA_ATTN_HEADS_AS_M, 0},    /* a decode batch over a pool */
@@ -658,19 +676,23 @@ static void test_mla_convert_choice(void) {
   for (size_t i = 0; i < sizeof cv / sizeof cv[0]; i++) {
     dsa_sparse_mla_args b = mla_args(cv[i].tokens, cv[i].heads, cv[i].fp8 ? DSA_KV_FP8_PACKED : DSA_KV_BF16);
     b.num_slots = cv[i].slots;
-    const size_t rows = ((((size_t)cv[i].slots * 1152 + 255) & ~(size_t)255) + (size_t)cv[i].slots * 4 + 255) &
-                        ~(size_t)255;
+    const size_t rows = cv[i].convert == 2 ? select_bytes(cv[i].slots, cv[i].tokens, b.topk)
+                        : ((((size_t)cv[i].slots * 1152 + 255) & ~(size_t)255) + (size_t)cv[i].slots * 4 + 255) &
+                              ~(size_t)255;
     size_t bound;
     dsa_status st = mla_call(&b, 132, &bound);
     char name[200];
     snprintf(name, sizeof name, "%d tokens x %d heads, %s KV over %lld slots: kernel %d, %s", cv[i].tokens,
              cv[i].heads, cv[i].fp8 ? "FP8" : "bf16", (long long)cv[i].slots, cv[i].kernel,
-             cv[i].convert ? "rows converted first (the query reports them)" : "nothing converted");
+             cv[i].convert == 2 ? "the rows it selects converted first (the query reports them)"
+             : cv[i].convert    ? "rows converted first (the query reports them)"
+                                : "nothing converted");
     const size_t need = g_dsa_stub.mla_need;
     check(st == DSA_OK && g_dsa_stub.violations == 0 && g_dsa_stub.mla_kernel == cv[i].kernel &&
               g_dsa_stub.mla_convert == cv[i].convert,
           name, "kernel %lld, converted %lld", g_dsa_stub.mla_kernel, g_dsa_stub.mla_convert);
-    check(!cv[i].convert || (need >= rows && need <= bound), "... and its workspace: the rows, within the query's",
+    check(!cv[i].convert || (need >= rows && need <= bound && (cv[i].convert != 2 || need == rows)),
+          "... and its workspace: the rows, within the query's",
           "needs %lld of %lld bytes", (long long)need, (long long)bound);
     if (!cv[i].convert) continue;
     /* a byte short: the same kernel unconverted (heads_as_m for the seesaw), in the rest */

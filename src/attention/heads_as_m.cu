@@ -69,7 +69,10 @@
 #include "common/ptx/mma.cuh"
 #include "common/ptx/sync.cuh"
 #include "common/ptx/wgmma.cuh"
+#include "host/plan.h" /* dsa_select_layout */
 #include "kernels.h"
+
+#include <cub/block/block_scan.cuh>
 
 #define HM_THREADS 384 /* 2 consumer warpgroups + 1 producer warpgroup */
 #define HM_HEADS 64
@@ -160,6 +163,8 @@ typedef struct {
              and ptxas spilled 84 bytes of loads there, not 60 (their PTX is now what it was before) */
     const uint8_t *tg_masks; /* token groups: [launch's groups][io.indices_stride] the union rows' token
                                 masks (bit j: the group's token j sees the row); else NULL */
+    const int *gate;         /* the selected rows' gated launches (hm_select_rows): the kernel runs only
+                                where *gate != 0 (the other of the two returns at once) */
   };
   /* packed FP8 KV converted first (hm_convert_rows_kernel): io.kv holds the converted rows, their factors
    * 2^K after them (hm_converted_factors) */
@@ -1213,11 +1218,9 @@ __device__ __forceinline__ void hm_load_q(const hm_params &p, uint8_t *smem, flo
  * rope's 16-byte pieces.
  */
 #define HM_CONVERT_THREADS 256
-__global__ void __launch_bounds__(HM_CONVERT_THREADS) hm_convert_rows_kernel(const uint8_t *kv, int64_t num_slots,
-                                                                             uint8_t *rows, float *colf) {
-  const int lane = threadIdx.x & 31;
-  const int64_t s = blockIdx.x * (int64_t)(HM_CONVERT_THREADS / 32) + (threadIdx.x >> 5);
-  if (s >= num_slots) return;
+/* Slot s into row r of `rows` and its factor into colf[r], by the warp (lane). */
+__device__ __forceinline__ void hm_convert_row(const uint8_t *kv, int64_t s, uint8_t *rows, float *colf, int64_t r,
+                                               int lane) {
   const uint8_t *row = kv + s * MLA_FP8_SLOT_BYTES;
   const float sc = __ldg((const float *)(row + MLA_FP8_SCALE_OFF) + (lane & 3)); /* lane l: scale l % 4 */
   const int K = hm_row_exponent(sc);
@@ -1226,14 +1229,110 @@ __global__ void __launch_bounds__(HM_CONVERT_THREADS) hm_convert_rows_kernel(con
   const uint32_t mult = __shfl_sync(0xffffffffu, mult_mine, lane >> 3); /* scale of group l / 8 */
   uint32_t o[8];
   hm_e4m3x16_to_f16(ptx_ld_nc_v4(row + 16 * lane), mult, o);
-  uint4 *dst = (uint4 *)(rows + s * (int64_t)DSA_CONVERTED_ROW_BYTES) + 2 * lane;
+  uint4 *dst = (uint4 *)(rows + r * (int64_t)DSA_CONVERTED_ROW_BYTES) + 2 * lane;
   dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
   dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
   if (lane < 8) /* the rope as it is */
-    ((uint4 *)(rows + s * (int64_t)DSA_CONVERTED_ROW_BYTES + 2 * MLA_V_DIM))[lane] =
+    ((uint4 *)(rows + r * (int64_t)DSA_CONVERTED_ROW_BYTES + 2 * MLA_V_DIM))[lane] =
         ptx_ld_nc_v4(row + MLA_FP8_ROPE_OFF + 16 * lane);
-  if (lane == 0) colf[s] = hm_pow2(K);
+  if (lane == 0) colf[r] = hm_pow2(K);
 }
+__global__ void __launch_bounds__(HM_CONVERT_THREADS) hm_convert_rows_kernel(const uint8_t *kv, int64_t num_slots,
+                                                                             uint8_t *rows, float *colf) {
+  const int lane = threadIdx.x & 31;
+  const int64_t s = blockIdx.x * (int64_t)(HM_CONVERT_THREADS / 32) + (threadIdx.x >> 5);
+  if (s >= num_slots) return;
+  hm_convert_row(kv, s, rows, colf, s, lane);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The rows a call selects, converted first (the plan's convert_rows 2: the seesaw over a cache too large
+ * to convert whole, an engine's pool; the layout: dsa_select_layout). After a memset of the bitmap, five
+ * kernels: mark (a bit for each slot a valid entry names), count (each word's prefix of the marked slots
+ * within its block of 1024 words, and the block's total), total (the blocks' prefixes, the count, and
+ * whether it fits DSA_SELECT_ROWS: the gate), convert (a warp a word, its marked slots into their rows in
+ * slot order) and remap (each entry to its slot's row, -1 where skipped). Slot s's row: bprefix[w / 1024]
+ * + wprefix[w] + the marked slots below s in its word w = s / 32. Where the count does not fit, the
+ * convert and remap kernels and the seesaw return at once, and heads_as_m runs the call unconverted.
+ */
+#define HM_SELECT_THREADS 1024
+__device__ __forceinline__ uint32_t hm_select_row(const uint32_t *bits, const uint32_t *wprefix,
+                                                  const uint32_t *bprefix, uint32_t s) {
+  const uint32_t w = s >> 5;
+  return bprefix[w / DSA_SELECT_BLOCK_WORDS] + wprefix[w] + __popc(bits[w] & ((1u << (s & 31)) - 1u));
+}
+/* Entry e of the call's [tokens, topk] entries: its slot, or -1 where skipped (attention.cuh's rule). */
+__device__ __forceinline__ int hm_select_entry(const mla_io &io, int topk, int64_t e) {
+  const int64_t t = e / topk;
+  const int i = (int)(e - t * topk);
+  const int end = io.lens ? min(topk, max(__ldg(io.lens + t), 0)) : topk;
+  return mla_entry_slot(io.indices + t * io.indices_stride, i, end, io.num_slots);
+}
+__global__ void __launch_bounds__(256) hm_select_mark_kernel(const mla_io io, int64_t entries, int topk,
+                                                             uint32_t *bits) {
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < entries; e += (int64_t)gridDim.x * blockDim.x) {
+    const int s = hm_select_entry(io, topk, e);
+    if (s >= 0) atomicOr(bits + (s >> 5), 1u << (s & 31));
+  }
+}
+static_assert(DSA_SELECT_BLOCK_WORDS == HM_SELECT_THREADS, "a word a thread in the count");
+__global__ void __launch_bounds__(HM_SELECT_THREADS) hm_select_count_kernel(const uint32_t *bits, int64_t words,
+                                                                           uint32_t *wprefix, uint32_t *bsum) {
+  typedef cub::BlockScan<uint32_t, HM_SELECT_THREADS> scan_t;
+  __shared__ typename scan_t::TempStorage tmp;
+  const int64_t w = blockIdx.x * (int64_t)DSA_SELECT_BLOCK_WORDS + threadIdx.x;
+  uint32_t pre, total;
+  scan_t(tmp).ExclusiveSum(w < words ? (uint32_t)__popc(bits[w]) : 0u, pre, total);
+  if (w < words) wprefix[w] = pre;
+  if (threadIdx.x == 0) bsum[blockIdx.x] = total;
+}
+#define HM_SELECT_BLOCKS_A_THREAD 4
+static_assert(DSA_SELECT_MAX_SLOTS / 32 / DSA_SELECT_BLOCK_WORDS <= HM_SELECT_THREADS * HM_SELECT_BLOCKS_A_THREAD,
+              "the blocks' prefixes in one CTA");
+__global__ void __launch_bounds__(HM_SELECT_THREADS) hm_select_total_kernel(uint32_t *bprefix, int64_t blocks,
+                                                                           int *ctl) {
+  typedef cub::BlockScan<uint32_t, HM_SELECT_THREADS> scan_t;
+  __shared__ typename scan_t::TempStorage tmp;
+  uint32_t v[HM_SELECT_BLOCKS_A_THREAD];
+#pragma unroll
+  for (int k = 0; k < HM_SELECT_BLOCKS_A_THREAD; ++k) {
+    const int64_t b = threadIdx.x * (int64_t)HM_SELECT_BLOCKS_A_THREAD + k;
+    v[k] = b < blocks ? bprefix[b] : 0u;
+  }
+  uint32_t total;
+  scan_t(tmp).ExclusiveSum(v, v, total);
+#pragma unroll
+  for (int k = 0; k < HM_SELECT_BLOCKS_A_THREAD; ++k) {
+    const int64_t b = threadIdx.x * (int64_t)HM_SELECT_BLOCKS_A_THREAD + k;
+    if (b < blocks) bprefix[b] = v[k];
+  }
+  if (threadIdx.x == 0) {
+    ctl[0] = (int)total;
+    ctl[1] = (int64_t)total <= DSA_SELECT_ROWS ? 1 : 0;
+    ctl[2] = 1 - ctl[1];
+  }
+}
+__global__ void __launch_bounds__(HM_CONVERT_THREADS) hm_select_convert_kernel(
+    const uint8_t *kv, const uint32_t *bits, const uint32_t *wprefix, const uint32_t *bprefix, int64_t words,
+    const int *ctl, uint8_t *rows, float *colf) {
+  const int lane = threadIdx.x & 31;
+  const int64_t w = blockIdx.x * (int64_t)(HM_CONVERT_THREADS / 32) + (threadIdx.x >> 5);
+  if (w >= words || !ctl[1]) return;
+  uint32_t v = bits[w];
+  int64_t r = (int64_t)bprefix[w / DSA_SELECT_BLOCK_WORDS] + wprefix[w];
+  for (; v; v &= v - 1u, ++r) hm_convert_row(kv, w * 32 + __ffs(v) - 1, rows, colf, r, lane);
+}
+__global__ void __launch_bounds__(256) hm_select_remap_kernel(const mla_io io, int64_t entries, int topk,
+                                                              const uint32_t *bits, const uint32_t *wprefix,
+                                                              const uint32_t *bprefix, const int *ctl,
+                                                              int32_t *out) {
+  if (!ctl[1]) return;
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < entries; e += (int64_t)gridDim.x * blockDim.x) {
+    const int s = hm_select_entry(io, topk, e);
+    out[e] = s >= 0 ? (int32_t)hm_select_row(bits, wprefix, bprefix, (uint32_t)s) : -1;
+  }
+}
+
 
 /* ---------------------------------------------------------------------------------------------
  * The kernels. hm_attention_kernel: a CTA per unit (token, group) and split, tokens x groups x splits
@@ -1321,7 +1420,11 @@ __device__ __forceinline__ hm_ctx hm_ctx_of(uint32_t s_u32, uint8_t *smem, const
   return x;
 }
 
-template <bool FP8, bool SEESAW, bool CONVERTED, int TG = 0>
+/* GATED (the selected rows' launches, hm_select_rows): the kernel runs only where *p.gate != 0; else every
+ * CTA returns at once. */
+__device__ __forceinline__ bool hm_gated_out(const hm_params &p) { return *(volatile const int *)p.gate == 0; }
+
+template <bool FP8, bool SEESAW, bool CONVERTED, int TG = 0, bool GATED = false>
 __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_params p) {
   static_assert(!(FP8 && SEESAW) || CONVERTED, "the seesaw's producer copies rows: FP8 ones converted first");
   static_assert(FP8 || !CONVERTED, "only packed FP8 rows are converted");
@@ -1342,6 +1445,7 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_kernel(const hm_pa
   }
   __syncthreads();
   ptx_griddep_wait();
+  if (GATED && hm_gated_out(p)) return; /* the other one runs */
   const hm_unit u = TG ? hm_unit_tg(p) : hm_unit_of(p, blockIdx.x / p.splits, split);
   /* token groups: the group's union rows' masks */
   const uint8_t *mask_row = TG ? p.tg_masks + (int64_t)blockIdx.x * p.io.indices_stride : nullptr;
@@ -1410,8 +1514,12 @@ __device__ __forceinline__ void hm_consumer_units(const hm_params &p, uint8_t *s
   }
 }
 
-template <bool FP8> /* FP8: packed FP8 rows converted first (hm_convert_rows_kernel), copied as bf16 rows are */
+/* FP8: packed FP8 rows converted first (hm_convert_rows_kernel), copied as bf16 rows are. CONVERTING: packed
+ * FP8 rows converted by the producer (hm_produce_fp8), gated (hm_gated_out): the selected rows' fallback, a
+ * persistent grid so that, gated out, it costs a wave of CTAs returning, not a CTA a unit. */
+template <bool FP8, bool CONVERTING = false>
 __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_units_kernel(const hm_params p) {
+  static_assert(FP8 || !CONVERTING, "only packed FP8 rows are converted");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint32_t s_u32;
   uint8_t *smem = hm_smem_base(smem_raw, s_u32);
@@ -1421,14 +1529,19 @@ __global__ void __launch_bounds__(HM_THREADS, 1) hm_attention_units_kernel(const
   if (tid == 0) ring_init(ring, 2, 128, 256);
   __syncthreads();
   ptx_griddep_wait();
+  if (CONVERTING && hm_gated_out(p)) return; /* the seesaw runs */
 
   if (warp >= 8) {
-    ptx_setmaxnreg_dec<HM_REG_PRODUCER(false)>();
+    ptx_setmaxnreg_dec<HM_REG_PRODUCER(CONVERTING)>();
     int c0 = 0; /* the ring's uses so far */
     for (int64_t unit = blockIdx.x; unit < p.num_units; unit += gridDim.x) {
       const hm_unit u = hm_unit_of(p, unit, 0);
-      hm_produce_bf16<FP8>(p, u.idx_row, u.end, u.n, c0, s_u32 + HM_TILE_OFF, ring, (int *)(smem + HM_VALID_OFF),
-                           (float *)(smem + HM_COLF_OFF), warp - 8, lane);
+      if constexpr (CONVERTING)
+        hm_produce_fp8(p, u.idx_row, u.end, u.n, c0, s_u32 + HM_TILE_OFF, ring, (int *)(smem + HM_VALID_OFF),
+                       (float *)(smem + HM_COLF_OFF), warp - 8, lane);
+      else
+        hm_produce_bf16<FP8>(p, u.idx_row, u.end, u.n, c0, s_u32 + HM_TILE_OFF, ring, (int *)(smem + HM_VALID_OFF),
+                             (float *)(smem + HM_COLF_OFF), warp - 8, lane);
       c0 += u.n;
     }
     return;
@@ -1462,6 +1575,49 @@ static hm_params hm_params_of(const dsa_sparse_mla_args *a, const dsa_attention_
   return prm;
 }
 
+/* The rows the call selects (the plan's convert_rows 2), converted into the workspace (dsa_select_layout)
+ * by the five kernels above; conv then reads those rows, the entries rewritten, gated on the count
+ * fitting DSA_SELECT_ROWS (ctl[1]), and prm (unconverted) gated on its not fitting (ctl[2]). */
+static cudaError_t hm_select_rows(const dsa_sparse_mla_args *a, hm_params &prm, hm_params &conv, void *workspace,
+                                  cudaStream_t stream) {
+  const dsa_select_layout lay = dsa_select_layout_of(a);
+  uint8_t *ws = (uint8_t *)workspace;
+  uint32_t *bits = (uint32_t *)(ws + lay.bits_off), *wprefix = (uint32_t *)(ws + lay.wprefix_off),
+           *bprefix = (uint32_t *)(ws + lay.bprefix_off);
+  int *ctl = (int *)(ws + lay.ctl_off);
+  int32_t *idx = (int32_t *)(ws + lay.idx_off);
+  const int64_t entries = (int64_t)a->num_tokens * a->topk;
+  const unsigned grid = (unsigned)(entries / 256 + 1 < 132 * 16 ? entries / 256 + 1 : 132 * 16);
+  cudaError_t err = cudaMemsetAsync(bits, 0, (size_t)lay.words * 4, stream);
+  if (err == cudaSuccess)
+    err = dsa_launch(hm_select_mark_kernel, dim3(grid), 256, 0, stream, false, prm.io, entries, a->topk, bits);
+  if (err == cudaSuccess)
+    err = dsa_launch(hm_select_count_kernel, dim3((unsigned)lay.blocks), HM_SELECT_THREADS, 0, stream, false,
+                     (const uint32_t *)bits, lay.words, wprefix, bprefix);
+  if (err == cudaSuccess)
+    err = dsa_launch(hm_select_total_kernel, dim3(1), HM_SELECT_THREADS, 0, stream, false, bprefix, lay.blocks, ctl);
+  if (err == cudaSuccess)
+    err = dsa_launch(hm_select_convert_kernel, dim3((unsigned)((lay.words + 7) / 8)), HM_CONVERT_THREADS, 0, stream,
+                     false, (const uint8_t *)a->kv_cache, (const uint32_t *)bits, (const uint32_t *)wprefix,
+                     (const uint32_t *)bprefix, lay.words, (const int *)ctl, ws,
+                     (float *)(ws + DSA_CONVERTED_COLF_OFF(DSA_SELECT_ROWS)));
+  if (err == cudaSuccess)
+    err = dsa_launch(hm_select_remap_kernel, dim3(grid), 256, 0, stream, false, prm.io, entries, a->topk,
+                     (const uint32_t *)bits, (const uint32_t *)wprefix, (const uint32_t *)bprefix, (const int *)ctl,
+                     idx);
+  if (err != cudaSuccess) return err;
+  conv = prm;
+  conv.io.kv = ws; /* the factors after the rows: hm_converted_factors */
+  conv.io.kv_stride = MLA_QK_DIM;
+  conv.io.num_slots = DSA_SELECT_ROWS;
+  conv.io.indices = idx;
+  conv.io.indices_stride = a->topk;
+  conv.gate = ctl + 1; /* the count fits */
+  prm.gate = ctl + 2;  /* it does not */
+  return cudaSuccess;
+}
+
+
 /* Packed FP8 KV converted first (the plan's convert_rows): every slot into the workspace's start as the
  * f16 tile row heads_as_m's FP8 producer would make (hm_convert_rows_kernel; the same bits), prm then
  * reading those rows as 16-bit ones with their factors 2^K. The bytes taken: dsa_plan_attention_converted_bytes. */
@@ -1482,9 +1638,18 @@ static cudaError_t hm_convert_rows(const dsa_sparse_mla_args *a, hm_params &prm,
 
 /* ctas > 0 (the plan's persistent grid: bf16 or converted FP8 rows, unsplit): one launch of min(units,
  * ctas) CTAs looping over the units; else a CTA per unit and split. */
-template <bool FP8, bool SEESAW, bool CONVERTED>
+template <bool FP8, bool SEESAW, bool CONVERTED, bool GATED = false>
 static cudaError_t hm_launch(hm_params prm, int64_t num_tokens, int ctas, cudaStream_t stream) {
   static dsa_smem_cache cache, cache_units;
+  if constexpr (GATED && FP8 && !SEESAW && !CONVERTED) { /* the selected rows' fallback */
+    if (prm.splits == 1) {
+      prm.token_offset = 0;
+      prm.num_units = num_tokens * prm.num_groups;
+      const int64_t grid = prm.num_units < DSA_PLAN_MAX_SMS ? prm.num_units : DSA_PLAN_MAX_SMS;
+      return dsa_launch_smem(hm_attention_units_kernel<true, true>, &cache_units, dim3((unsigned)grid), HM_THREADS,
+                             HM_SMEM, stream, true, prm);
+    }
+  }
   if (ctas > 0 && prm.splits == 1 && (!FP8 || CONVERTED) && !SEESAW) { /* the persistent grid */
     prm.token_offset = 0;
     prm.num_units = num_tokens * prm.num_groups;
@@ -1497,7 +1662,7 @@ static cudaError_t hm_launch(hm_params prm, int64_t num_tokens, int ctas, cudaSt
     prm.token_offset = t0;
     prm.num_units = nt * prm.num_groups;
     /* the splits of a (token, group) are adjacent CTAs: one cluster */
-    return dsa_launch_smem_cluster(hm_attention_kernel<FP8, SEESAW, CONVERTED>, &cache,
+    return dsa_launch_smem_cluster(hm_attention_kernel<FP8, SEESAW, CONVERTED, 0, GATED>, &cache,
                                    dim3((unsigned)(nt * per_token)), HM_THREADS, HM_SMEM, stream, true,
                                    prm.splits > 1 ? (unsigned)prm.splits : 0u, prm);
   });
@@ -1567,7 +1732,25 @@ extern "C" int dsa_attention_heads_as_m_launch(const dsa_sparse_mla_args *a, con
   hm_params prm = hm_params_of(a, pl);
   const bool fp8 = a->kv_format == DSA_KV_FP8_PACKED, seesaw = pl->kernel == DSA_ATTN_SEESAW;
   cudaError_t err;
-  if (fp8 && pl->convert_rows) { /* the slots converted into the workspace, then copied */
+  if (fp8 && pl->convert_rows == 2) { /* the seesaw on the rows selected, else heads_as_m unconverted, by rounds
+                                       (unsplit: its persistent grid, which gated out costs a wave) */
+    err = cudaSuccess;
+    const int64_t round = dsa_select_round_tokens(a);
+    for (int64_t t0 = 0; t0 < a->num_tokens && err == cudaSuccess; t0 += round) {
+      dsa_sparse_mla_args r = *a; /* tokens [t0, t0 + nt): q, out, lse, indices and lens from t0 */
+      const int64_t nt = a->num_tokens - t0 < round ? a->num_tokens - t0 : round, H = a->num_heads;
+      r.num_tokens = (int)nt;
+      r.q = (const __nv_bfloat16 *)a->q + t0 * H * MLA_QK_DIM;
+      r.out = (__nv_bfloat16 *)a->out + t0 * H * MLA_V_DIM;
+      if (a->lse) r.lse = a->lse + t0 * H;
+      r.indices = a->indices + t0 * a->indices_stride;
+      if (a->lens) r.lens = a->lens + t0;
+      hm_params rp = hm_params_of(&r, pl), conv;
+      err = hm_select_rows(&r, rp, conv, workspace, stream);
+      if (err == cudaSuccess) err = hm_launch<true, true, true, true>(conv, nt, 0, stream);
+      if (err == cudaSuccess) err = hm_launch<true, false, false, true>(rp, nt, 0, stream);
+    }
+  } else if (fp8 && pl->convert_rows) { /* the slots converted into the workspace, then copied */
     err = hm_convert_rows(a, prm, workspace, stream);
     if (err != cudaSuccess) return (int)err;
     err = seesaw ? hm_launch<true, true, true>(prm, a->num_tokens, pl->ctas, stream)

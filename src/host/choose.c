@@ -278,6 +278,14 @@ void dsa_choose_topk(dsa_topk_params *p) {
  * 156.3 / 160.3. Given a workspace short of FP8's rows: heads_as_m. */
 #define SEESAW_MIN_READS 8
 #define SEESAW_MIN_READS_FP8 16
+/* Packed FP8 over a cache too large to convert whole (an engine's pool): the seesaw on the rows the call
+ * selects, converted first (convert_rows 2, dsa_select_layout; heads_as_m unconverted where the call names
+ * more than DSA_SELECT_ROWS slots), for calls of at least SELECT_MIN_READS entries (tokens x topk x head
+ * groups: a prefill of 4096 tokens x 128 heads has 16M, of 2048 x 128 or 4096 x 64 8M; decode batches of
+ * fewer than 2048 requests x 128 heads have fewer). H100, 2026-12-06, prefill 4096 x 128 heads over the
+ * bench's 4M-slot pool, heads_as_m unconverted / this: 5,755 / 4,897 and 5,793 / 4,983 us (over its own
+ * 16k context, every slot converted: 4,566; docs/bench/attn-seesaw-selected-rows-h100-2026-12-06/). */
+#define SELECT_MIN_READS ((int64_t)1 << 23)
 #define HEADS_AS_M_MIN_HEADS 33
 #define HEADS_AS_M_MIN_UNITS 8     /* bf16 KV */
 #define HEADS_AS_M_MIN_UNITS_FP8 6 /* packed FP8 KV */
@@ -342,6 +350,12 @@ static int attention_rows_read(const dsa_sparse_mla_args *a, int min_reads) {
          (a->kv_format != DSA_KV_FP8_PACKED || dsa_plan_attention_rows_bytes(a) <= DSA_CONVERT_WORKSPACE_CAP);
 }
 
+/* Packed FP8 rows too many to convert whole, but few enough slots for the selection's bitmap. */
+static int attention_select_rows(const dsa_sparse_mla_args *a) {
+  return a->kv_format == DSA_KV_FP8_PACKED && dsa_plan_attention_rows_bytes(a) > DSA_CONVERT_WORKSPACE_CAP &&
+         a->num_slots <= DSA_SELECT_MAX_SLOTS;
+}
+
 int dsa_choose_attention(const dsa_sparse_mla_args *a, int token_groups) {
   const int forced = override_get()->attention;
   if (forced) return forced;
@@ -353,8 +367,11 @@ int dsa_choose_attention(const dsa_sparse_mla_args *a, int token_groups) {
    * 4096 x 128 heads 6.34 ms (mma_split 15.5) */
   const int64_t units = (int64_t)a->num_tokens * ((a->num_heads + 63) / 64);
   if (a->num_heads >= HEADS_AS_M_MIN_HEADS && units >= (bf16 ? HEADS_AS_M_MIN_UNITS : HEADS_AS_M_MIN_UNITS_FP8))
-    return token_groups && attention_rows_read(a, bf16 ? SEESAW_MIN_READS : SEESAW_MIN_READS_FP8) ? DSA_ATTN_SEESAW
-                                                                                                : DSA_ATTN_HEADS_AS_M;
+    return token_groups && (attention_rows_read(a, bf16 ? SEESAW_MIN_READS : SEESAW_MIN_READS_FP8) ||
+                            (attention_select_rows(a) &&
+                             (int64_t)a->num_tokens * a->topk * ((a->num_heads + 63) / 64) >= SELECT_MIN_READS))
+               ? DSA_ATTN_SEESAW
+               : DSA_ATTN_HEADS_AS_M;
   const int64_t t = a->num_tokens;
   if (a->num_heads >= WIDE_HEADS) /* 17 to 32 heads (more have fewer than 6 tokens here: mma_split) */
     return t >= (bf16 ? BF16_WIDE_HEADS_AS_M_TOKENS : FP8_WIDE_HEADS_AS_M_TOKENS) ? DSA_ATTN_HEADS_AS_M
@@ -372,7 +389,9 @@ int dsa_choose_attention(const dsa_sparse_mla_args *a, int token_groups) {
  * CONVERT_MIN_READS times a slot or more (above). */
 int dsa_choose_attention_convert(const dsa_sparse_mla_args *a, int kernel) {
   if (a->kv_format != DSA_KV_FP8_PACKED) return 0;
-  if (kernel == DSA_ATTN_SEESAW) return 1; /* its consumers hold the registers a converting producer needs */
+  /* the seesaw's consumers hold the registers a converting producer needs: over a cache too large to convert
+   * whole, the rows the call selects (2) */
+  if (kernel == DSA_ATTN_SEESAW) return attention_select_rows(a) ? 2 : 1;
   if (kernel != DSA_ATTN_HEADS_AS_M && kernel != DSA_ATTN_TOKEN_GROUPS) return 0;
   return attention_rows_read(a, CONVERT_MIN_READS);
 }

@@ -347,7 +347,7 @@ dsa_attention_plan dsa_plan_attention(const dsa_sparse_mla_args *a, const dsa_de
     return pl;
   }
   if (kernel == DSA_ATTN_SEESAW) { /* heads_as_m's CTAs and splits, its seesaw consumers */
-    dsa_attention_plan pl = mla_plan_heads_as_m(a, dev, fp8);
+    dsa_attention_plan pl = mla_plan_heads_as_m(a, dev, fp8 ? (convert == 2 ? 2 : 1) : 0);
     pl.kernel = DSA_ATTN_SEESAW;
     pl.ctas = 0; /* its consumers take one unit a CTA */
     return pl;
@@ -398,8 +398,10 @@ size_t dsa_plan_attention_workspace_bound(const dsa_sparse_mla_args *a, int kern
   const int fp8 = a->kv_format == DSA_KV_FP8_PACKED;
   /* packed FP8 rows converted first: heads_as_m (and token groups) when asked to, the seesaw always; the
    * cluster kernels need nothing else */
-  const size_t rows = fp8 && (kernel == DSA_ATTN_SEESAW ||
-                              (convert && (kernel == DSA_ATTN_HEADS_AS_M || kernel == DSA_ATTN_TOKEN_GROUPS)))
+  const size_t rows = !fp8 ? 0
+                      : kernel == DSA_ATTN_SEESAW && convert == 2 ? dsa_select_layout_of(a).total
+                      : (kernel == DSA_ATTN_SEESAW ||
+                         (convert && (kernel == DSA_ATTN_HEADS_AS_M || kernel == DSA_ATTN_TOKEN_GROUPS)))
                           ? dsa_plan_attention_rows_bytes(a)
                           : 0;
   /* token groups: their unions (their plan takes nothing from the device) */

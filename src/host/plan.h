@@ -75,9 +75,10 @@ typedef struct {
   int splits;           /* CTAs per (token, group); mma_split: > 1 needs the workspace and a combine;
                            rows_as_m and heads_as_m: the cluster size (<= 8), no workspace */
   int blocks_per_split;
-  int convert_rows;     /* packed FP8 KV (heads_as_m, token groups, the seesaw): every cache slot converted
+  int convert_rows;     /* packed FP8 KV (heads_as_m, token groups, the seesaw): 1, every cache slot converted
                            once into the workspace's start as the f16 tile rows heads_as_m's FP8 producer
-                           makes (dsa_plan_attention_converted_bytes), then copied as bf16 rows are */
+                           makes (dsa_plan_attention_converted_bytes), then copied as bf16 rows are; 2 (the
+                           seesaw), only the slots the call names (dsa_select_layout) */
   int ctas;             /* heads_as_m unsplit: a persistent grid of this many CTAs, each looping over
                            units (token, group); 0: a CTA per unit and split */
   int token_group;      /* token groups: tokens a group (64 / heads); 0 otherwise */
@@ -124,10 +125,48 @@ static inline size_t dsa_plan_attention_rows_bytes(const dsa_sparse_mla_args *a)
   const int64_t slots = a->num_slots < DSA_ATTN_SLOTS_CAP ? a->num_slots : DSA_ATTN_SLOTS_CAP;
   return (DSA_CONVERTED_COLF_OFF(slots) + (size_t)slots * sizeof(float) + 255) & ~(size_t)255;
 }
-/* The converted rows' bytes a plan takes at the workspace's start: dsa_plan_attention_rows_bytes, or 0
- * where it converts nothing. */
+/* Packed FP8 rows selected, then converted (convert_rows = 2: the seesaw over a cache whose rows all
+ * would exceed DSA_CONVERT_WORKSPACE_CAP, an engine's pool): the slots the call's valid entries name are
+ * marked in a bitmap and counted (a prefix of the words' popcounts, within blocks of 1024 words and over
+ * the blocks); where they are at most DSA_SELECT_ROWS, slot s becomes row (its rank among the marked
+ * slots), converted as above, and the entries are rewritten to those rows (int32 [tokens, topk]); else
+ * heads_as_m runs the call unconverted. Layout at the workspace's start, each part 256-byte aligned: the
+ * rows and their factors (as DSA_CONVERTED_COLF_OFF(DSA_SELECT_ROWS) says), the bitmap, the words'
+ * prefixes, the blocks' prefixes, control words (the count, whether it fits, whether not), a round's entries. */
+#define DSA_SELECT_ROWS ((int64_t)224 * 1024) /* 229,376: rows and factors within DSA_CONVERT_WORKSPACE_CAP */
+#define DSA_SELECT_MAX_SLOTS ((int64_t)1 << 27) /* a bitmap of 16 MiB, 4096 blocks of words */
+#define DSA_SELECT_BLOCK_WORDS 1024
+/* Calls of more entries are run in rounds of at most this many (tokens x topk): each round selects,
+ * converts and runs its own tokens, its rewritten entries at most 64 MiB. */
+#define DSA_SELECT_ROUND_ENTRIES ((int64_t)1 << 24)
+static inline int64_t dsa_select_round_tokens(const dsa_sparse_mla_args *a) {
+  const int64_t t = DSA_SELECT_ROUND_ENTRIES / (a->topk > 0 ? a->topk : 1);
+  return t > 0 ? t : 1;
+}
+typedef struct {
+  int64_t words, blocks; /* bitmap words (32 slots), blocks of DSA_SELECT_BLOCK_WORDS words */
+  size_t bits_off, wprefix_off, bprefix_off, ctl_off, idx_off, total;
+} dsa_select_layout;
+static inline size_t dsa_align256(size_t n) { return (n + 255) & ~(size_t)255; }
+static inline dsa_select_layout dsa_select_layout_of(const dsa_sparse_mla_args *a) {
+  dsa_select_layout l;
+  const int64_t slots = a->num_slots < DSA_ATTN_SLOTS_CAP ? a->num_slots : DSA_ATTN_SLOTS_CAP;
+  l.words = (slots + 31) / 32;
+  l.blocks = (l.words + DSA_SELECT_BLOCK_WORDS - 1) / DSA_SELECT_BLOCK_WORDS;
+  l.bits_off = dsa_align256(DSA_CONVERTED_COLF_OFF(DSA_SELECT_ROWS) + (size_t)DSA_SELECT_ROWS * sizeof(float));
+  l.wprefix_off = l.bits_off + dsa_align256((size_t)l.words * 4);
+  l.bprefix_off = l.wprefix_off + dsa_align256((size_t)l.words * 4);
+  l.ctl_off = l.bprefix_off + dsa_align256((size_t)l.blocks * 4);
+  l.idx_off = l.ctl_off + 256;
+  const int64_t round = dsa_select_round_tokens(a), tokens = a->num_tokens < round ? a->num_tokens : round;
+  l.total = l.idx_off + dsa_align256((size_t)(tokens > 0 ? tokens : 0) * (size_t)a->topk * 4);
+  return l;
+}
+/* The converted rows' bytes a plan takes at the workspace's start: dsa_plan_attention_rows_bytes, the
+ * selection's layout (convert_rows = 2), or 0 where it converts nothing. */
 static inline size_t dsa_plan_attention_converted_bytes(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl) {
-  return pl->convert_rows && a->num_tokens > 0 ? dsa_plan_attention_rows_bytes(a) : 0;
+  if (!pl->convert_rows || a->num_tokens <= 0) return 0;
+  return pl->convert_rows == 2 ? dsa_select_layout_of(a).total : dsa_plan_attention_rows_bytes(a);
 }
 /* Scratch bytes a plan needs: the converted rows, then the split partials (0 for one split) or token
  * groups' unions. */
