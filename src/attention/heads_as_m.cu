@@ -1333,7 +1333,6 @@ __global__ void __launch_bounds__(256) hm_select_remap_kernel(const mla_io io, i
   }
 }
 
-
 /* ---------------------------------------------------------------------------------------------
  * The kernels. hm_attention_kernel: a CTA per unit (token, group) and split, tokens x groups x splits
  * CTAs (split fastest: a cluster is one unit). hm_attention_units_kernel (bf16 KV or FP8 rows
@@ -1616,7 +1615,6 @@ static cudaError_t hm_select_rows(const dsa_sparse_mla_args *a, hm_params &prm, 
   prm.gate = ctl + 2;  /* it does not */
   return cudaSuccess;
 }
-
 
 /* Packed FP8 KV converted first (the plan's convert_rows): every slot into the workspace's start as the
  * f16 tile row heads_as_m's FP8 producer would make (hm_convert_rows_kernel; the same bits), prm then
