@@ -1586,7 +1586,8 @@ static cudaError_t hm_select_rows(const dsa_sparse_mla_args *a, hm_params &prm, 
   int *ctl = (int *)(ws + lay.ctl_off);
   int32_t *idx = (int32_t *)(ws + lay.idx_off);
   const int64_t entries = (int64_t)a->num_tokens * a->topk;
-  const unsigned grid = (unsigned)(entries / 256 + 1 < 132 * 16 ? entries / 256 + 1 : 132 * 16);
+  const int64_t blocks = entries / 256 + 1, max_blocks = DSA_PLAN_MAX_SMS * 16; /* grid-stride beyond */
+  const unsigned grid = (unsigned)(blocks < max_blocks ? blocks : max_blocks);
   cudaError_t err = cudaMemsetAsync(bits, 0, (size_t)lay.words * 4, stream);
   if (err == cudaSuccess)
     err = dsa_launch(hm_select_mark_kernel, dim3(grid), 256, 0, stream, false, prm.io, entries, a->topk, bits);

@@ -333,6 +333,9 @@ static int mla_mma_split_max_mt(const dsa_sparse_mla_args *a) {
  * (dev/attention_mma_split_trace.cu, docs/PERF.md): a CTA of 64 heads takes about twice a CTA of 16. */
 static int64_t mla_mma_split_chunk_weight(int mt) { return mt == 1 ? 2 : mt == 2 ? 3 : 4; }
 
+/* What the seesaw converts: packed FP8 rows always, every slot (1) or the ones the call selects (2). */
+static int mla_seesaw_convert(int fp8, int convert) { return fp8 ? (convert == 2 ? 2 : 1) : 0; }
+
 dsa_attention_plan dsa_plan_attention(const dsa_sparse_mla_args *a, const dsa_device_info *dev, int kernel,
                                       int convert) {
   const int fp8 = a->kv_format == DSA_KV_FP8_PACKED;
@@ -347,7 +350,7 @@ dsa_attention_plan dsa_plan_attention(const dsa_sparse_mla_args *a, const dsa_de
     return pl;
   }
   if (kernel == DSA_ATTN_SEESAW) { /* heads_as_m's CTAs and splits, its seesaw consumers */
-    dsa_attention_plan pl = mla_plan_heads_as_m(a, dev, fp8 ? (convert == 2 ? 2 : 1) : 0);
+    dsa_attention_plan pl = mla_plan_heads_as_m(a, dev, mla_seesaw_convert(fp8, convert));
     pl.kernel = DSA_ATTN_SEESAW;
     pl.ctas = 0; /* its consumers take one unit a CTA */
     return pl;
@@ -398,12 +401,10 @@ size_t dsa_plan_attention_workspace_bound(const dsa_sparse_mla_args *a, int kern
   const int fp8 = a->kv_format == DSA_KV_FP8_PACKED;
   /* packed FP8 rows converted first: heads_as_m (and token groups) when asked to, the seesaw always; the
    * cluster kernels need nothing else */
-  const size_t rows = !fp8 ? 0
-                      : kernel == DSA_ATTN_SEESAW && convert == 2 ? dsa_select_layout_of(a).total
-                      : (kernel == DSA_ATTN_SEESAW ||
-                         (convert && (kernel == DSA_ATTN_HEADS_AS_M || kernel == DSA_ATTN_TOKEN_GROUPS)))
-                          ? dsa_plan_attention_rows_bytes(a)
-                          : 0;
+  const int converted = kernel == DSA_ATTN_SEESAW ? mla_seesaw_convert(fp8, convert)
+                        : kernel == DSA_ATTN_HEADS_AS_M || kernel == DSA_ATTN_TOKEN_GROUPS ? fp8 && convert
+                                                                                          : 0;
+  const size_t rows = dsa_plan_converted_bytes(a, converted);
   /* token groups: their unions (their plan takes nothing from the device) */
   if (kernel == DSA_ATTN_TOKEN_GROUPS && mla_token_group(a))
     return rows + dsa_tg_layout_of(a, mla_tg_groups(a)).total;

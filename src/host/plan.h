@@ -162,11 +162,15 @@ static inline dsa_select_layout dsa_select_layout_of(const dsa_sparse_mla_args *
   l.total = l.idx_off + dsa_align256((size_t)(tokens > 0 ? tokens : 0) * (size_t)a->topk * 4);
   return l;
 }
-/* The converted rows' bytes a plan takes at the workspace's start: dsa_plan_attention_rows_bytes, the
- * selection's layout (convert_rows = 2), or 0 where it converts nothing. */
+/* The bytes packed FP8 rows converted as `convert` says (a plan's convert_rows) take at the workspace's
+ * start: dsa_plan_attention_rows_bytes (1), the selection's layout (2), or 0 where nothing is converted. */
+static inline size_t dsa_plan_converted_bytes(const dsa_sparse_mla_args *a, int convert) {
+  if (!convert || a->num_tokens <= 0) return 0;
+  return convert == 2 ? dsa_select_layout_of(a).total : dsa_plan_attention_rows_bytes(a);
+}
+/* The same for a plan. */
 static inline size_t dsa_plan_attention_converted_bytes(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl) {
-  if (!pl->convert_rows || a->num_tokens <= 0) return 0;
-  return pl->convert_rows == 2 ? dsa_select_layout_of(a).total : dsa_plan_attention_rows_bytes(a);
+  return dsa_plan_converted_bytes(a, pl->convert_rows);
 }
 /* Scratch bytes a plan needs: the converted rows, then the split partials (0 for one split) or token
  * groups' unions. */
