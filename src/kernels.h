@@ -207,8 +207,9 @@ int dsa_attention_heads_as_m_launch(const dsa_sparse_mla_args *a, const dsa_atte
  * plan->tg_groups groups */
 int dsa_attention_token_groups_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan *plan, void *workspace,
                                       cudaStream_t stream);
+/* gate: NULL, or a device word the launch runs only where it is nonzero (the selected rows' gated launches) */
 int dsa_attention_tg_union_launch(const dsa_sparse_mla_args *a, int64_t group0, int64_t groups,
-                                  const dsa_tg_layout *lay, void *workspace, cudaStream_t stream);
+                                  const dsa_tg_layout *lay, void *workspace, const int *gate, cudaStream_t stream);
 int dsa_topk_merge_runs_launch(const dsa_topk_merge_args *a, cudaStream_t stream);
 int dsa_topk_merge_tree_launch(const dsa_topk_merge_args *a, cudaStream_t stream);
 #ifdef __cplusplus

@@ -310,7 +310,10 @@ static const mla_case k_mla_cases[] = {
      .topk = 200, .fmt = DSA_KV_BF16, .kv_stride = 576, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0,
      .num_slots = 30000, .check_determinism = 1, .share = 0.5, .distinct = 1, .seed = 446},
     /* the same over caches of more than 262,144 slots (an engine's pool: the unions in two levels, a bit
-     * for each word of 32 slots an entry touches), and a group whose tokens repeat a slot there (the sort) */
+     * for each word of 32 slots an entry touches), and a group whose tokens repeat a slot there (the sort).
+     * With DSA_KERNEL=attention:token_groups (as chosen, from 2^23 entries) the packed FP8 ones run on the
+     * rows the call selects, converted first (its entries rewritten to them, the unions over those), and
+     * the "too many" case below runs the unions and groups unconverted, gated on the device */
     {.name = "sparse MLA H16 fp8 (stored) T600 topk256, lens, 90% shared, distinct, pool", .H = 16, .T = 600,
      .topk = 256, .fmt = DSA_KV_FP8_PACKED, .lens_given = 1, .all_invalid_token = 1, .q_amp = 1.0,
      .num_slots = 300000, .check_determinism = 1, .share = 0.9, .distinct = 1, .seed = 447},
@@ -320,6 +323,9 @@ static const mla_case k_mla_cases[] = {
     {.name = "sparse MLA H16 fp8 (random bytes) T600 topk256, 50% shared, pool", .H = 16, .T = 600, .topk = 256,
      .fmt = DSA_KV_FP8_PACKED, .fp8_random_bytes = 1, .q_amp = 2.0, .num_slots = 300000, .share = 0.5,
      .seed = 449},
+    {.name = "sparse MLA H8 fp8 (random bytes) T1100 topk200, lens, 50% shared, pool", .H = 8, .T = 1100,
+     .topk = 200, .fmt = DSA_KV_FP8_PACKED, .fp8_random_bytes = 1, .lens_given = 1, .all_invalid_token = 1,
+     .q_amp = 2.0, .num_slots = 300000, .check_determinism = 1, .share = 0.5, .seed = 454},
     /* topk 2048: groups of 8192 (16 heads) and 16,384 (8 heads) entries (DSA_KERNEL=attention:token_groups;
      * as chosen, 40 tokens run other kernels) */
     {.name = "sparse MLA H16 fp8 (stored) T40 topk2048, lens, 90% shared, distinct, pool", .H = 16, .T = 40,

@@ -312,13 +312,13 @@ static dsa_status mla_call(const dsa_sparse_mla_args *a, int sms, size_t *bound)
 
 /* The workspace of the seesaw over the packed FP8 rows a call selects (host/plan.h's dsa_select_layout,
  * written out): 229,376 rows of 1152 B and their factors, the bitmap of the slots and the words' prefixes
- * (4 B a word of 32 slots), the blocks' prefixes (4 B a 1024 words), 256 B of control, the entries
- * rewritten (4 B each); each part 256-byte aligned. */
+ * (4 B a word of 32 slots), the blocks' prefixes (4 B a 1024 words), 256 B of control, each row's slot
+ * (4 B a row), the entries rewritten (4 B each); each part 256-byte aligned. */
 static size_t select_bytes(int64_t slots, int tokens, int topk) {
   const size_t words = (size_t)((slots + 31) / 32), blocks = (words + 1023) / 1024;
   const size_t a256 = 255;
   return 229376u * 1152u + 229376u * 4u + 2 * ((words * 4 + a256) & ~a256) + ((blocks * 4 + a256) & ~a256) + 256 +
-         (((size_t)tokens * topk * 4 + a256) & ~a256);
+         229376u * 4u + (((size_t)tokens * topk * 4 + a256) & ~a256);
 }
 
 /* The attention split plan is made for the current device's SM count. */
@@ -411,7 +411,8 @@ static void test_mla_kernel_choice(void) {
   memset(g_dsa_stub.cluster_ctas, 0, sizeof g_dsa_stub.cluster_ctas);
   /* token groups chosen by the table need their unions in the workspace: given less than the query
    * reports, the call runs the kernel the table picks without them (which needs none) and succeeds;
-   * forced by DSA_KERNEL, too small a workspace is an error */
+   * forced by DSA_KERNEL, too small a workspace is an error — except that forced over packed FP8 in a pool
+   * they first convert the rows the call selects, and a byte short of those they run unconverted */
   static const struct {
     int tokens, heads, fp8, fallback;
   } fb[] = {{4096, 16, 1, DSA_ATTN_ROWS_AS_M}, {512, 16, 0, DSA_ATTN_HEADS_AS_M}, {1024, 8, 1, DSA_ATTN_ROWS_AS_M}};
@@ -426,13 +427,16 @@ static void test_mla_kernel_choice(void) {
         g_dsa_stub.num_sms = 132;
         dsa_stub_begin_call(FAKE(0x100000000000ull), given[k]);
         const dsa_status st = dsa_sparse_mla(&b, given[k] ? FAKE(0x100000000000ull) : NULL, given[k], 0);
-        const int want_tg = k == 2;
+        /* FP8 over this pool selecting rows (forced, or from 2^23 entries): a byte short, unconverted */
+        const int sel = fb[i].fp8 && (forced || (int64_t)fb[i].tokens * b.topk >= (1 << 23));
+        const int want_tg = k == 2 || (k == 1 && sel);
         char name[200];
         snprintf(name, sizeof name, "%d tokens x %d heads, %s KV, token groups %s, %s workspace (%zu of %zu bytes): %s",
                  fb[i].tokens, fb[i].heads, fb[i].fp8 ? "FP8" : "bf16", forced ? "forced" : "chosen",
                  k == 0 ? "no" : k == 1 ? "too small a" : "the queried", given[k], bound,
                  want_tg ? "token groups" : forced ? "DSA_ERR_WORKSPACE_TOO_SMALL" : "the fallback");
-        const int ok = want_tg ? st == DSA_OK && g_dsa_stub.mla_kernel == DSA_ATTN_TOKEN_GROUPS
+        const int ok = want_tg ? st == DSA_OK && g_dsa_stub.mla_kernel == DSA_ATTN_TOKEN_GROUPS &&
+                                     g_dsa_stub.mla_convert == (k == 2 && sel ? 2 : 0)
                        : forced ? st == DSA_ERR_WORKSPACE_TOO_SMALL
                                 : st == DSA_OK && g_dsa_stub.mla_kernel == fb[i].fallback && g_dsa_stub.mla_need == 0;
         check(ok && g_dsa_stub.violations == 0 && bound > 0, name, "status %lld, kernel %lld", st,
@@ -479,7 +483,8 @@ static void test_mla_kernel_choice(void) {
   }
   /* token groups: at 8, 16 and 32 heads 64 / H tokens a group, each group's union (G x topk slots of
    * 4 B, masks of 1 B, 2 counts; parts 256-byte aligned) in the workspace, at most 64 MiB a launch (more
-   * groups: several launches); other head counts run heads_as_m's plan, with no workspace */
+   * groups: several launches), over packed FP8 in these 1M slots after the rows the call selects
+   * (select_bytes); other head counts run heads_as_m's plan, with no workspace */
   static const struct {
     int tokens, heads, fp8, kernel;
     long long groups_a_launch;
@@ -487,6 +492,7 @@ static void test_mla_kernel_choice(void) {
   } tg[] = {{4096, 16, 1, DSA_ATTN_TOKEN_GROUPS, 1024, 33554432u + 8388608u + 8192u},
             {5, 16, 0, DSA_ATTN_TOKEN_GROUPS, 2, 65536u + 16384u + 256u},
             {7, 32, 1, DSA_ATTN_TOKEN_GROUPS, 4, 65536u + 16384u + 256u},
+            {2048, 8, 0, DSA_ATTN_TOKEN_GROUPS, 256, 16777216u + 4194304u + 2048u},
             {30000, 8, 0, DSA_ATTN_TOKEN_GROUPS, 819, 53673984u + 13418496u + 6656u},
             {64, 128, 1, DSA_ATTN_HEADS_AS_M, 0, 0},
             {8, 64, 0, DSA_ATTN_HEADS_AS_M, 0, 0},
@@ -501,8 +507,11 @@ static void test_mla_kernel_choice(void) {
              "groups a launch, %zu bytes of workspace", tg[i].tokens, tg[i].heads, tg[i].fp8 ? "FP8" : "bf16",
              tg[i].kernel, tg[i].groups_a_launch, tg[i].ws);
     const dsa_attention_plan pl = dsa_plan_attention(&b, &(dsa_device_info){.num_sms = 132}, DSA_ATTN_TOKEN_GROUPS, 0);
+    const int selected = tg[i].fp8 && tg[i].kernel == DSA_ATTN_TOKEN_GROUPS;
+    const size_t ws = tg[i].ws + (selected ? select_bytes(b.num_slots, b.num_tokens, b.topk) : 0);
     check(st == DSA_OK && g_dsa_stub.violations == 0 && g_dsa_stub.mla_kernel == tg[i].kernel &&
-              g_dsa_stub.mla_need == tg[i].ws && (tg[i].ws ? bound == tg[i].ws : 1) && pl.kernel == tg[i].kernel &&
+              g_dsa_stub.mla_convert == (selected ? 2 : 0) && g_dsa_stub.mla_need == ws && (ws ? bound == ws : 1) &&
+              pl.kernel == tg[i].kernel &&
               (tg[i].kernel != DSA_ATTN_TOKEN_GROUPS || (pl.tg_groups == tg[i].groups_a_launch &&
                                                          pl.token_group * tg[i].heads == 64 && tg[i].ws <= 64u << 20)),
           name, "kernel %lld, workspace %lld", g_dsa_stub.mla_kernel, (long long)g_dsa_stub.mla_need);
@@ -641,8 +650,8 @@ static dsa_status decode_call(int reqs, int n, int max_blocks, int page_size, in
 
 /* Packed FP8 KV converted first (host/choose.c): heads_as_m, token groups and the seesaw where the
  * entries are at least 32 x the slots and the rows take at most 256 MiB; over more slots (up to 2^27),
- * for calls of at least 2^23 entries (tokens x topk x head groups), the seesaw on the rows the call
- * selects (select_bytes); the size query reports the rows
+ * for calls of at least 2^23 entries (tokens x topk x head groups), the seesaw and token groups on the rows
+ * the call selects (select_bytes); the size query reports the rows
  * (num_slots x 1152 B rounded up to 256, + num_slots x 4 B, the whole rounded up to 256) before the rest,
  * and a call given less runs unconverted: heads_as_m in place of the seesaw, token groups unconverted
  * (then, short of their unions too, the kernel the table picks without them). Never bf16 KV, rows_as_m,
@@ -669,7 +678,10 @@ static void test_mla_convert_choice(void) {
             {2048, 64, 1, 1 << 20, DSA_ATTN_HEADS_AS_M, 0},    /* 4.2 M entries: unconverted */
             {4096, 128, 1, ((int64_t)1 << 27) + 1, DSA_ATTN_HEADS_AS_M, 0}, /* a bitmap past 16 MiB */
             {4096, 16, 1, 131072, DSA_ATTN_TOKEN_GROUPS, 1},   /* GLM's chunk over its 128k context */
-            {4096, 16, 1, 1 << 20, DSA_ATTN_TOKEN_GROUPS, 0},  /* over a pool */
+            {4096, 16, 1, 1 << 20, DSA_ATTN_TOKEN_GROUPS, 2},  /* over a pool: 8.4 M entries, those selected */
+            {4096, 8, 1, 1 << 22, DSA_ATTN_TOKEN_GROUPS, 2},   /* 8 heads, a 4M pool */
+            {2048, 16, 1, 1 << 20, DSA_ATTN_TOKEN_GROUPS, 0},  /* 4.2 M entries: unconverted */
+            {4096, 16, 0, 1 << 20, DSA_ATTN_TOKEN_GROUPS, 0},  /* bf16 over a pool */
             {128, 128, 1, 1 << 20, DSA_ATTN_HEADS_AS_M, 0},    /* a decode batch over a pool */
             {64, 16, 1, 2048, DSA_ATTN_ROWS_AS_M, 0}};         /* rows_as_m converts nothing */
   dsa_choose_override(NULL);
@@ -691,8 +703,9 @@ static void test_mla_convert_choice(void) {
     check(st == DSA_OK && g_dsa_stub.violations == 0 && g_dsa_stub.mla_kernel == cv[i].kernel &&
               g_dsa_stub.mla_convert == cv[i].convert,
           name, "kernel %lld, converted %lld", g_dsa_stub.mla_kernel, g_dsa_stub.mla_convert);
-    check(!cv[i].convert || (need >= rows && need <= bound && (cv[i].convert != 2 || need == rows)),
-          "... and its workspace: the rows, within the query's",
+    check(!cv[i].convert || (need >= rows && need <= bound &&
+                             (cv[i].convert != 2 || cv[i].kernel != DSA_ATTN_SEESAW || need == rows)),
+          "... and its workspace: the rows (token groups: then their unions), within the query's",
           "needs %lld of %lld bytes", (long long)need, (long long)bound);
     if (!cv[i].convert) continue;
     /* a byte short: the same kernel unconverted (heads_as_m for the seesaw), in the rest */

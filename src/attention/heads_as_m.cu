@@ -163,9 +163,9 @@ typedef struct {
              and ptxas spilled 84 bytes of loads there, not 60 (their PTX is now what it was before) */
     const uint8_t *tg_masks; /* token groups: [launch's groups][io.indices_stride] the union rows' token
                                 masks (bit j: the group's token j sees the row); else NULL */
-    const int *gate;         /* the selected rows' gated launches (hm_select_rows): the kernel runs only
-                                where *gate != 0 (the other of the two returns at once) */
   };
+  const int *gate; /* the selected rows' gated launches (hm_select_rows): the kernel runs only where
+                      *gate != 0 (the other of the two returns at once); else NULL */
   /* packed FP8 KV converted first (hm_convert_rows_kernel): io.kv holds the converted rows, their factors
    * 2^K after them (hm_converted_factors) */
 } hm_params;
@@ -1246,33 +1246,66 @@ __global__ void __launch_bounds__(HM_CONVERT_THREADS) hm_convert_rows_kernel(con
 }
 
 /* ---------------------------------------------------------------------------------------------
- * The rows a call selects, converted first (the plan's convert_rows 2: the seesaw over a cache too large
- * to convert whole, an engine's pool; the layout: dsa_select_layout). After a memset of the bitmap, five
- * kernels: mark (a bit for each slot a valid entry names), count (each word's prefix of the marked slots
- * within its block of 1024 words, and the block's total), total (the blocks' prefixes, the count, and
- * whether it fits DSA_SELECT_ROWS: the gate), convert (a warp a word, its marked slots into their rows in
- * slot order) and remap (each entry to its slot's row, -1 where skipped). Slot s's row: bprefix[w / 1024]
- * + wprefix[w] + the marked slots below s in its word w = s / 32. Where the count does not fit, the
- * convert and remap kernels and the seesaw return at once, and heads_as_m runs the call unconverted.
+ * The rows a call selects, converted first (the plan's convert_rows 2: the seesaw and token groups over a
+ * cache too large to convert whole, an engine's pool; the layout: dsa_select_layout). After a memset of the
+ * bitmap, six kernels: mark (a bit for each slot a valid entry names), count (each word's prefix of the
+ * marked slots within its block of 1024 words, and the block's total), total (the blocks' prefixes, the
+ * count, and whether it fits DSA_SELECT_ROWS: the gate), list (each marked slot into its row's place in
+ * the rows' slots: the rows in slot order), convert (a warp a row) and remap (each entry to its slot's row,
+ * -1 where skipped). Slot s's row: bprefix[w / 1024] + wprefix[w] + the marked slots below s in its word
+ * w = s / 32. Where the count does not fit, list, convert, remap and the converted rows' kernels return
+ * at once, and the unconverted ones run the call. mark and remap take HM_SELECT_BATCH entries a thread at
+ * once, their loads in flight together.
+ *
+ * The entries name few slots many times (a prefill's tokens share their context): the slots' words are a
+ * few KiB that every SM hits, and atomics and loads on them serialise in L2. H100, prefill 4096 x 128 heads
+ * over a 16k context in a 4M-slot pool: a plain atomicOr an entry 263 us; a load from L2 first and the
+ * atomic only where the bit was not yet set, 83 (91-122 with eight entries a thread in flight: the L2
+ * slices of those words are the bound, not the latency).
  */
 #define HM_SELECT_THREADS 1024
+#define HM_SELECT_BATCH 8
 __device__ __forceinline__ uint32_t hm_select_row(const uint32_t *bits, const uint32_t *wprefix,
                                                   const uint32_t *bprefix, uint32_t s) {
   const uint32_t w = s >> 5;
   return bprefix[w / DSA_SELECT_BLOCK_WORDS] + wprefix[w] + __popc(bits[w] & ((1u << (s & 31)) - 1u));
 }
-/* Entry e of the call's [tokens, topk] entries: its slot, or -1 where skipped (attention.cuh's rule). */
-__device__ __forceinline__ int hm_select_entry(const mla_io &io, int topk, int64_t e) {
-  const int64_t t = e / topk;
-  const int i = (int)(e - t * topk);
+/* Entry e of the round's [tokens, topk] entries: its slot, or -1 where skipped (attention.cuh's rule). A
+ * round has at most DSA_SELECT_ROUND_ENTRIES entries, so e and the grid's strides stay in 32 bits (a 64-bit
+ * division an entry was most of these passes' instructions). */
+static_assert(DSA_SELECT_ROUND_ENTRIES + (int64_t)DSA_PLAN_MAX_SMS * 16 * 256 * HM_SELECT_BATCH < ((int64_t)1 << 32),
+              "a round's entries in 32 bits");
+__device__ __forceinline__ int hm_select_entry(const mla_io &io, int topk, uint32_t e) {
+  const uint32_t t = e / (uint32_t)topk;
+  const int i = (int)(e - t * (uint32_t)topk);
+  /* loaded whatever lens says (i < topk <= the row's stride: inside the checked extent), so that no load
+   * waits on another */
+  const int idx = __ldg(io.indices + t * io.indices_stride + i);
   const int end = io.lens ? min(topk, max(__ldg(io.lens + t), 0)) : topk;
-  return mla_entry_slot(io.indices + t * io.indices_stride, i, end, io.num_slots);
+  return i < end && idx >= 0 && (int64_t)idx < io.num_slots ? idx : -1;
 }
-__global__ void __launch_bounds__(256) hm_select_mark_kernel(const mla_io io, int64_t entries, int topk,
+/* A batch of a thread's entries: e0 + k * 256 (blocks of 256 threads), k < HM_SELECT_BATCH; -1 past the end. */
+__device__ __forceinline__ void hm_select_batch(const mla_io &io, uint32_t entries, int topk, uint32_t e0,
+                                                int (&s)[HM_SELECT_BATCH]) {
+#pragma unroll
+  for (int k = 0; k < HM_SELECT_BATCH; ++k) {
+    const uint32_t e = e0 + 256u * k;
+    s[k] = e < entries ? hm_select_entry(io, topk, e) : -1;
+  }
+}
+/* A slot's word is read from L2 first, and only a bit not yet set takes an atomic. */
+__global__ void __launch_bounds__(256) hm_select_mark_kernel(const mla_io io, uint32_t entries, int topk,
                                                              uint32_t *bits) {
-  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < entries; e += (int64_t)gridDim.x * blockDim.x) {
-    const int s = hm_select_entry(io, topk, e);
-    if (s >= 0) atomicOr(bits + (s >> 5), 1u << (s & 31));
+  for (uint32_t e0 = blockIdx.x * 256u * HM_SELECT_BATCH + threadIdx.x; e0 < entries;
+       e0 += gridDim.x * 256u * HM_SELECT_BATCH) {
+    int s[HM_SELECT_BATCH];
+    uint32_t w[HM_SELECT_BATCH];
+    hm_select_batch(io, entries, topk, e0, s);
+#pragma unroll
+    for (int k = 0; k < HM_SELECT_BATCH; ++k) w[k] = s[k] >= 0 ? __ldcg(bits + (s[k] >> 5)) : ~0u;
+#pragma unroll
+    for (int k = 0; k < HM_SELECT_BATCH; ++k)
+      if (s[k] >= 0 && !((w[k] >> (s[k] & 31)) & 1u)) atomicOr(bits + (s[k] >> 5), 1u << (s[k] & 31));
   }
 }
 static_assert(DSA_SELECT_BLOCK_WORDS == HM_SELECT_THREADS, "a word a thread in the count");
@@ -1312,24 +1345,43 @@ __global__ void __launch_bounds__(HM_SELECT_THREADS) hm_select_total_kernel(uint
     ctl[2] = 1 - ctl[1];
   }
 }
-__global__ void __launch_bounds__(HM_CONVERT_THREADS) hm_select_convert_kernel(
-    const uint8_t *kv, const uint32_t *bits, const uint32_t *wprefix, const uint32_t *bprefix, int64_t words,
-    const int *ctl, uint8_t *rows, float *colf) {
-  const int lane = threadIdx.x & 31;
-  const int64_t w = blockIdx.x * (int64_t)(HM_CONVERT_THREADS / 32) + (threadIdx.x >> 5);
+/* A thread a word: its marked slots into the rows' slots (row -> slot), in slot order. */
+__global__ void __launch_bounds__(256) hm_select_list_kernel(const uint32_t *bits, const uint32_t *wprefix,
+                                                             const uint32_t *bprefix, int64_t words, const int *ctl,
+                                                             int32_t *row_slots) {
+  const int64_t w = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (w >= words || !ctl[1]) return;
   uint32_t v = bits[w];
-  int64_t r = (int64_t)bprefix[w / DSA_SELECT_BLOCK_WORDS] + wprefix[w];
-  for (; v; v &= v - 1u, ++r) hm_convert_row(kv, w * 32 + __ffs(v) - 1, rows, colf, r, lane);
+  if (!v) return;
+  uint32_t r = bprefix[w / DSA_SELECT_BLOCK_WORDS] + wprefix[w];
+  for (; v; v &= v - 1u, ++r) row_slots[r] = (int32_t)(w * 32 + __ffs(v) - 1);
 }
-__global__ void __launch_bounds__(256) hm_select_remap_kernel(const mla_io io, int64_t entries, int topk,
+/* A warp a row (DSA_SELECT_ROWS / 8 CTAs; those past the count return): as hm_convert_rows_kernel, each warp
+ * its own row, not a word's rows in turn (a warp a word: 122 us for the GLM chunk's 131k rows of a 4M-slot
+ * pool, most of it warps reading empty words or converting a word's rows one after another; this, 89). */
+__global__ void __launch_bounds__(HM_CONVERT_THREADS) hm_select_convert_kernel(const uint8_t *kv,
+                                                                              const int32_t *row_slots,
+                                                                              const int *ctl, uint8_t *rows,
+                                                                              float *colf) {
+  const int64_t r = blockIdx.x * (int64_t)(HM_CONVERT_THREADS / 32) + (threadIdx.x >> 5);
+  if (!ctl[1] || r >= ctl[0]) return;
+  hm_convert_row(kv, row_slots[r], rows, colf, r, threadIdx.x & 31);
+}
+__global__ void __launch_bounds__(256) hm_select_remap_kernel(const mla_io io, uint32_t entries, int topk,
                                                               const uint32_t *bits, const uint32_t *wprefix,
                                                               const uint32_t *bprefix, const int *ctl,
                                                               int32_t *out) {
   if (!ctl[1]) return;
-  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < entries; e += (int64_t)gridDim.x * blockDim.x) {
-    const int s = hm_select_entry(io, topk, e);
-    out[e] = s >= 0 ? (int32_t)hm_select_row(bits, wprefix, bprefix, (uint32_t)s) : -1;
+  for (uint32_t e0 = blockIdx.x * 256u * HM_SELECT_BATCH + threadIdx.x; e0 < entries;
+       e0 += gridDim.x * 256u * HM_SELECT_BATCH) {
+    int s[HM_SELECT_BATCH], row[HM_SELECT_BATCH];
+    hm_select_batch(io, entries, topk, e0, s);
+#pragma unroll
+    for (int k = 0; k < HM_SELECT_BATCH; ++k) /* every load before the first store (out may alias, for all nvcc knows) */
+      row[k] = s[k] >= 0 ? (int)hm_select_row(bits, wprefix, bprefix, (uint32_t)s[k]) : -1;
+#pragma unroll
+    for (int k = 0; k < HM_SELECT_BATCH; ++k)
+      if (e0 + 256u * k < entries) out[e0 + 256u * k] = row[k];
   }
 }
 
@@ -1571,6 +1623,7 @@ static hm_params hm_params_of(const dsa_sparse_mla_args *a, const dsa_attention_
   prm.token_offset = 0;
   prm.num_units = (int64_t)a->num_tokens * pl->groups;
   prm.tg_masks = NULL;
+  prm.gate = NULL;
   return prm;
 }
 
@@ -1584,9 +1637,10 @@ static cudaError_t hm_select_rows(const dsa_sparse_mla_args *a, hm_params &prm, 
   uint32_t *bits = (uint32_t *)(ws + lay.bits_off), *wprefix = (uint32_t *)(ws + lay.wprefix_off),
            *bprefix = (uint32_t *)(ws + lay.bprefix_off);
   int *ctl = (int *)(ws + lay.ctl_off);
-  int32_t *idx = (int32_t *)(ws + lay.idx_off);
-  const int64_t entries = (int64_t)a->num_tokens * a->topk;
-  const int64_t blocks = entries / 256 + 1, max_blocks = DSA_PLAN_MAX_SMS * 16; /* grid-stride beyond */
+  int32_t *idx = (int32_t *)(ws + lay.idx_off), *row_slots = (int32_t *)(ws + lay.row_slots_off);
+  const uint32_t entries = (uint32_t)((int64_t)a->num_tokens * a->topk); /* a round's: <= 2^24 */
+  /* mark and remap: a batch of entries a thread, at most a wave of 256-thread CTAs (grid-stride beyond) */
+  const int64_t blocks = entries / (256 * HM_SELECT_BATCH) + 1, max_blocks = DSA_PLAN_MAX_SMS * 8;
   const unsigned grid = (unsigned)(blocks < max_blocks ? blocks : max_blocks);
   cudaError_t err = cudaMemsetAsync(bits, 0, (size_t)lay.words * 4, stream);
   if (err == cudaSuccess)
@@ -1597,10 +1651,13 @@ static cudaError_t hm_select_rows(const dsa_sparse_mla_args *a, hm_params &prm, 
   if (err == cudaSuccess)
     err = dsa_launch(hm_select_total_kernel, dim3(1), HM_SELECT_THREADS, 0, stream, false, bprefix, lay.blocks, ctl);
   if (err == cudaSuccess)
-    err = dsa_launch(hm_select_convert_kernel, dim3((unsigned)((lay.words + 7) / 8)), HM_CONVERT_THREADS, 0, stream,
-                     false, (const uint8_t *)a->kv_cache, (const uint32_t *)bits, (const uint32_t *)wprefix,
-                     (const uint32_t *)bprefix, lay.words, (const int *)ctl, ws,
-                     (float *)(ws + DSA_CONVERTED_COLF_OFF(DSA_SELECT_ROWS)));
+    err = dsa_launch(hm_select_list_kernel, dim3((unsigned)((lay.words + 255) / 256)), 256, 0, stream, false,
+                     (const uint32_t *)bits, (const uint32_t *)wprefix, (const uint32_t *)bprefix, lay.words,
+                     (const int *)ctl, row_slots);
+  if (err == cudaSuccess)
+    err = dsa_launch(hm_select_convert_kernel, dim3((unsigned)(DSA_SELECT_ROWS / (HM_CONVERT_THREADS / 32))),
+                     HM_CONVERT_THREADS, 0, stream, false, (const uint8_t *)a->kv_cache, (const int32_t *)row_slots,
+                     (const int *)ctl, ws, (float *)(ws + DSA_CONVERTED_COLF_OFF(DSA_SELECT_ROWS)));
   if (err == cudaSuccess)
     err = dsa_launch(hm_select_remap_kernel, dim3(grid), 256, 0, stream, false, prm.io, entries, a->topk,
                      (const uint32_t *)bits, (const uint32_t *)wprefix, (const uint32_t *)bprefix, (const int *)ctl,
@@ -1670,10 +1727,10 @@ static cudaError_t hm_launch(hm_params prm, int64_t num_tokens, int ctas, cudaSt
 /* Token groups: per launch of the plan's groups, the unions (token_groups.cu) into the workspace (after
  * the converted rows, if any), then a CTA a group; each group is a token of 64 heads for q, out and lse
  * (its tokens' rows are consecutive), the workspace's unions its index rows. */
-template <bool FP8, bool SEESAW, bool CONVERTED, int TG>
+template <bool FP8, bool SEESAW, bool CONVERTED, int TG, bool GATED = false>
 static cudaError_t hm_tg_launch(const hm_params &prm, int64_t groups, cudaStream_t stream) {
   static dsa_smem_cache cache;
-  return dsa_launch_smem_cluster(hm_attention_kernel<FP8, SEESAW, CONVERTED, TG>, &cache, dim3((unsigned)groups),
+  return dsa_launch_smem_cluster(hm_attention_kernel<FP8, SEESAW, CONVERTED, TG, GATED>, &cache, dim3((unsigned)groups),
                                  HM_THREADS, HM_SMEM, stream, true, 0u, prm);
 }
 
@@ -1683,25 +1740,25 @@ static cudaError_t hm_tg_launch(const hm_params &prm, int64_t groups, cudaStream
  * gained nothing (16 heads 2,321 / 2,327, 949 / 941): heads_as_m's, as unconverted FP8
  * (docs/bench/attn-token-groups-seesaw-h100-2026-12-06/). */
 template <int TG>
-static cudaError_t hm_tg_launch_of(bool fp8, bool converted, const hm_params &prm, int64_t groups, cudaStream_t stream) {
+static cudaError_t hm_tg_launch_of(bool fp8, bool converted, bool gated, const hm_params &prm, int64_t groups,
+                                   cudaStream_t stream) {
   if (!fp8) return hm_tg_launch<false, false, false, TG>(prm, groups, stream);
+  if (gated) /* the selected rows' two launches */
+    return converted ? hm_tg_launch<true, true, true, TG, true>(prm, groups, stream)
+                     : hm_tg_launch<true, false, false, TG, true>(prm, groups, stream);
   return converted ? hm_tg_launch<true, true, true, TG>(prm, groups, stream)
                    : hm_tg_launch<true, false, false, TG>(prm, groups, stream);
 }
 
-extern "C" int dsa_attention_token_groups_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl,
-                                                 void *workspace, cudaStream_t stream) {
-  if (a->num_tokens <= 0) return 0;
+/* The token groups of a's tokens over the rows prm reads: per launch of the plan's groups, their unions of
+ * a's entries (its indices, lens and num_slots) into ws, then a CTA a group. prm.gate (the selected rows):
+ * both launches run only where *gate != 0. */
+static int hm_tg_run(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl, hm_params prm, bool converted,
+                     uint8_t *ws, cudaStream_t stream) {
   const int G = pl->token_group, H = a->num_heads; /* H: the template's heads a token (8, 16, 32) */
   const int64_t all = ((int64_t)a->num_tokens + G - 1) / G;
   const dsa_tg_layout lay = dsa_tg_layout_of(a, pl->tg_groups);
-  const bool fp8 = a->kv_format == DSA_KV_FP8_PACKED, converted = fp8 && pl->convert_rows;
-  hm_params prm = hm_params_of(a, pl);
-  if (converted) {
-    const cudaError_t e = hm_convert_rows(a, prm, workspace, stream);
-    if (e != cudaSuccess) return (int)e;
-  }
-  uint8_t *ws = (uint8_t *)workspace + dsa_plan_attention_converted_bytes(a, pl); /* the unions */
+  const bool fp8 = a->kv_format == DSA_KV_FP8_PACKED, gated = prm.gate != NULL;
   prm.num_heads = HM_HEADS; /* a group: a token of 64 heads */
   prm.num_groups = 1;
   prm.splits = 1;
@@ -1712,17 +1769,64 @@ extern "C" int dsa_attention_token_groups_launch(const dsa_sparse_mla_args *a, c
   prm.tg_masks = ws + lay.masks_off;
   for (int64_t g0 = 0; g0 < all; g0 += pl->tg_groups) {
     const int64_t n = all - g0 < pl->tg_groups ? all - g0 : pl->tg_groups;
-    int err = dsa_attention_tg_union_launch(a, g0, n, &lay, ws, stream);
+    int err = dsa_attention_tg_union_launch(a, g0, n, &lay, ws, prm.gate, stream);
     if (err) return err;
     prm.token_offset = g0;
     prm.num_units = n;
     cudaError_t e;
-    if (H == 8) e = hm_tg_launch_of<8>(fp8, converted, prm, n, stream);
-    else if (H == 16) e = hm_tg_launch_of<16>(fp8, converted, prm, n, stream);
-    else e = hm_tg_launch_of<32>(fp8, converted, prm, n, stream);
+    if (H == 8) e = hm_tg_launch_of<8>(fp8, converted, gated, prm, n, stream);
+    else if (H == 16) e = hm_tg_launch_of<16>(fp8, converted, gated, prm, n, stream);
+    else e = hm_tg_launch_of<32>(fp8, converted, gated, prm, n, stream);
     if (e != cudaSuccess) return (int)e;
   }
   return 0;
+}
+
+/* The arguments of tokens [t0, t0 + nt) of a: q, out, lse, indices and lens from t0. */
+static dsa_sparse_mla_args hm_args_tokens(const dsa_sparse_mla_args *a, int64_t t0, int64_t nt) {
+  dsa_sparse_mla_args r = *a;
+  const int64_t H = a->num_heads;
+  r.num_tokens = (int)nt;
+  r.q = (const __nv_bfloat16 *)a->q + t0 * H * MLA_QK_DIM;
+  r.out = (__nv_bfloat16 *)a->out + t0 * H * MLA_V_DIM;
+  if (a->lse) r.lse = a->lse + t0 * H;
+  r.indices = a->indices + t0 * a->indices_stride;
+  if (a->lens) r.lens = a->lens + t0;
+  return r;
+}
+
+extern "C" int dsa_attention_token_groups_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl,
+                                                 void *workspace, cudaStream_t stream) {
+  if (a->num_tokens <= 0) return 0;
+  const bool fp8 = a->kv_format == DSA_KV_FP8_PACKED;
+  uint8_t *ws = (uint8_t *)workspace + dsa_plan_attention_converted_bytes(a, pl); /* the unions */
+  if (fp8 && pl->convert_rows == 2) {
+    /* the rows selected (hm_select_rows), by rounds: their unions and groups over the converted rows (the
+     * rewritten entries, DSA_SELECT_ROWS slots), gated on the count fitting, else the call's own unions and
+     * groups unconverted; both write the same unions, one of them runs */
+    const int64_t round = dsa_select_round_tokens(a);
+    for (int64_t t0 = 0; t0 < a->num_tokens; t0 += round) {
+      const dsa_sparse_mla_args r = hm_args_tokens(a, t0, a->num_tokens - t0 < round ? a->num_tokens - t0 : round);
+      hm_params rp = hm_params_of(&r, pl), conv;
+      const cudaError_t e = hm_select_rows(&r, rp, conv, workspace, stream);
+      if (e != cudaSuccess) return (int)e;
+      dsa_sparse_mla_args u = r; /* the rewritten entries: [tokens, topk], -1 past lens */
+      u.indices = conv.io.indices;
+      u.indices_stride = r.topk;
+      u.num_slots = DSA_SELECT_ROWS;
+      int err = hm_tg_run(&u, pl, conv, true, ws, stream);
+      if (!err) err = hm_tg_run(&r, pl, rp, false, ws, stream);
+      if (err) return err;
+    }
+    return 0;
+  }
+  const bool converted = fp8 && pl->convert_rows;
+  hm_params prm = hm_params_of(a, pl);
+  if (converted) {
+    const cudaError_t e = hm_convert_rows(a, prm, workspace, stream);
+    if (e != cudaSuccess) return (int)e;
+  }
+  return hm_tg_run(a, pl, prm, converted, ws, stream);
 }
 
 extern "C" int dsa_attention_heads_as_m_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan *pl,
@@ -1736,14 +1840,8 @@ extern "C" int dsa_attention_heads_as_m_launch(const dsa_sparse_mla_args *a, con
     err = cudaSuccess;
     const int64_t round = dsa_select_round_tokens(a);
     for (int64_t t0 = 0; t0 < a->num_tokens && err == cudaSuccess; t0 += round) {
-      dsa_sparse_mla_args r = *a; /* tokens [t0, t0 + nt): q, out, lse, indices and lens from t0 */
-      const int64_t nt = a->num_tokens - t0 < round ? a->num_tokens - t0 : round, H = a->num_heads;
-      r.num_tokens = (int)nt;
-      r.q = (const __nv_bfloat16 *)a->q + t0 * H * MLA_QK_DIM;
-      r.out = (__nv_bfloat16 *)a->out + t0 * H * MLA_V_DIM;
-      if (a->lse) r.lse = a->lse + t0 * H;
-      r.indices = a->indices + t0 * a->indices_stride;
-      if (a->lens) r.lens = a->lens + t0;
+      const int64_t nt = a->num_tokens - t0 < round ? a->num_tokens - t0 : round;
+      const dsa_sparse_mla_args r = hm_args_tokens(a, t0, nt);
       hm_params rp = hm_params_of(&r, pl), conv;
       err = hm_select_rows(&r, rp, conv, workspace, stream);
       if (err == cudaSuccess) err = hm_launch<true, true, true, true>(conv, nt, 0, stream);

@@ -236,7 +236,9 @@ template <int ITEMS>
 __global__ void __launch_bounds__(TG_THREADS, 1)
     tg_union_kernel(const int32_t *indices, int64_t indices_stride, const int32_t *lens, int64_t num_tokens,
                     int64_t num_slots, int key_bits, int topk, int heads, int64_t group0, dsa_tg_layout lay,
-                    uint8_t *ws) {
+                    uint8_t *ws, const int *gate) {
+  /* the selected rows' gated launches (heads_as_m.cu, hm_select_rows): only where *gate != 0 */
+  if (gate && *(volatile const int *)gate == 0) return;
   extern __shared__ __align__(16) uint8_t smem_raw[];
   tg_smem<ITEMS> &sm = *reinterpret_cast<tg_smem<ITEMS> *>(smem_raw);
   typedef typename tg_smem<ITEMS>::sort_t sort_t;
@@ -349,23 +351,24 @@ __global__ void __launch_bounds__(TG_THREADS, 1)
 
 template <int ITEMS>
 static cudaError_t tg_union_launch_items(const dsa_sparse_mla_args *a, int64_t group0, int64_t groups,
-                                         const dsa_tg_layout *lay, uint8_t *ws, cudaStream_t stream) {
+                                         const dsa_tg_layout *lay, uint8_t *ws, const int *gate, cudaStream_t stream) {
   static dsa_smem_cache cache;
   const int64_t slots = a->num_slots < DSA_ATTN_SLOTS_CAP ? a->num_slots : DSA_ATTN_SLOTS_CAP;
   int key_bits = 1; /* the fewest bits that hold every slot below the invalid key 2^bits - 1 */
   while (key_bits < 32 && ((int64_t)1 << key_bits) - 1 < slots) ++key_bits;
   return dsa_launch_smem(tg_union_kernel<ITEMS>, &cache, dim3((unsigned)groups), TG_THREADS, sizeof(tg_smem<ITEMS>),
                          stream, false, a->indices, a->indices_stride, a->lens, (int64_t)a->num_tokens, slots, key_bits,
-                         a->topk, a->num_heads, group0, *lay, ws);
+                         a->topk, a->num_heads, group0, *lay, ws, gate);
 }
 
 extern "C" int dsa_attention_tg_union_launch(const dsa_sparse_mla_args *a, int64_t group0, int64_t groups,
-                                             const dsa_tg_layout *lay, void *ws, cudaStream_t stream) {
+                                             const dsa_tg_layout *lay, void *ws, const int *gate,
+                                             cudaStream_t stream) {
   const int cap = (64 / a->num_heads) * a->topk;
   uint8_t *w = (uint8_t *)ws;
   cudaError_t err;
-  if (cap <= TG_THREADS * 8) err = tg_union_launch_items<8>(a, group0, groups, lay, w, stream);
-  else if (cap <= TG_THREADS * 16) err = tg_union_launch_items<16>(a, group0, groups, lay, w, stream);
-  else err = tg_union_launch_items<32>(a, group0, groups, lay, w, stream);
+  if (cap <= TG_THREADS * 8) err = tg_union_launch_items<8>(a, group0, groups, lay, w, gate, stream);
+  else if (cap <= TG_THREADS * 16) err = tg_union_launch_items<16>(a, group0, groups, lay, w, gate, stream);
+  else err = tg_union_launch_items<32>(a, group0, groups, lay, w, gate, stream);
   return (int)err;
 }

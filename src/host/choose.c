@@ -284,7 +284,16 @@ void dsa_choose_topk(dsa_topk_params *p) {
  * groups: a prefill of 4096 tokens x 128 heads has 16M, of 2048 x 128 or 4096 x 64 8M; decode batches of
  * fewer than 2048 requests x 128 heads have fewer). H100, 2026-12-06, prefill 4096 x 128 heads over the
  * bench's 4M-slot pool, heads_as_m unconverted / this: 5,755 / 4,897 and 5,793 / 4,983 us (over its own
- * 16k context, every slot converted: 4,566; docs/bench/attn-seesaw-selected-rows-h100-2026-12-06/). */
+ * 16k context, every slot converted: 4,566; docs/bench/attn-seesaw-selected-rows-h100-2026-12-06/); with the
+ * selection's passes reworked (docs/bench/attn-token-groups-selected-rows-h100-2026-12-06/, main / this, two
+ * runs) 4,849 / 4,731 and 4,858 / 4,742.
+ * Token groups over packed FP8 in such a pool, from the same count: the GLM chunk (4096 tokens, 8.4M entries)
+ * over the bench's 4M-slot pool, H100, main (unconverted) / the rows selected, us, two runs: 16 heads
+ * distinct 3,025 / 2,549 and 3,005 / 2,534, 90 % shared 1,144 / 1,167 and 1,147 / 1,170; 8 heads distinct
+ * 2,866 / 2,383 and 2,853 / 2,351, shared 846 / 927 and 834 / 928. The selection costs ≈ 0.26 ms whatever
+ * the share (ncu: mark 91, convert 89, remap 67 us for the chunk) and saves in proportion to the unions'
+ * rows, so it loses where neighbouring tokens share most of their rows (at about 85 % shared at 16 heads,
+ * 75 % at 8, by those points); chosen for both, the distinct rows the bar's case. */
 #define SELECT_MIN_READS ((int64_t)1 << 23)
 #define HEADS_AS_M_MIN_HEADS 33
 #define HEADS_AS_M_MIN_UNITS 8     /* bf16 KV */
@@ -393,6 +402,13 @@ int dsa_choose_attention_convert(const dsa_sparse_mla_args *a, int kernel) {
    * whole, the rows the call selects (2) */
   if (kernel == DSA_ATTN_SEESAW) return attention_select_rows(a) ? 2 : 1;
   if (kernel != DSA_ATTN_HEADS_AS_M && kernel != DSA_ATTN_TOKEN_GROUPS) return 0;
+  /* token groups over an engine's pool: the rows the call selects (2), from SELECT_MIN_READS entries as the
+   * seesaw's, or always where DSA_KERNEL forces token groups (as it does the seesaw: so the tests reach it) */
+  if (kernel == DSA_ATTN_TOKEN_GROUPS && (a->num_heads == 8 || a->num_heads == 16 || a->num_heads == 32) &&
+      attention_select_rows(a) &&
+      (override_get()->attention == DSA_ATTN_TOKEN_GROUPS ||
+       (int64_t)a->num_tokens * a->topk * ((a->num_heads + 63) / 64) >= SELECT_MIN_READS))
+    return 2;
   return attention_rows_read(a, CONVERT_MIN_READS);
 }
 

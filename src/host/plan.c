@@ -346,7 +346,7 @@ dsa_attention_plan dsa_plan_attention(const dsa_sparse_mla_args *a, const dsa_de
     dsa_attention_plan pl = mla_plan_unsplit(a, DSA_ATTN_TOKEN_GROUPS, 4);
     pl.token_group = mla_token_group(a);
     pl.tg_groups = mla_tg_groups(a);
-    pl.convert_rows = fp8 && convert;
+    pl.convert_rows = fp8 ? convert : 0; /* every slot (1) or the ones the call selects (2) */
     return pl;
   }
   if (kernel == DSA_ATTN_SEESAW) { /* heads_as_m's CTAs and splits, its seesaw consumers */
@@ -402,6 +402,7 @@ size_t dsa_plan_attention_workspace_bound(const dsa_sparse_mla_args *a, int kern
   /* packed FP8 rows converted first: heads_as_m (and token groups) when asked to, the seesaw always; the
    * cluster kernels need nothing else */
   const int converted = kernel == DSA_ATTN_SEESAW ? mla_seesaw_convert(fp8, convert)
+                        : kernel == DSA_ATTN_TOKEN_GROUPS && mla_token_group(a) ? (fp8 ? convert : 0)
                         : kernel == DSA_ATTN_HEADS_AS_M || kernel == DSA_ATTN_TOKEN_GROUPS ? fp8 && convert
                                                                                           : 0;
   const size_t rows = dsa_plan_converted_bytes(a, converted);

@@ -78,7 +78,8 @@ typedef struct {
   int convert_rows;     /* packed FP8 KV (heads_as_m, token groups, the seesaw): 1, every cache slot converted
                            once into the workspace's start as the f16 tile rows heads_as_m's FP8 producer
                            makes (dsa_plan_attention_converted_bytes), then copied as bf16 rows are; 2 (the
-                           seesaw), only the slots the call names (dsa_select_layout) */
+                           seesaw and token groups over a pool), only the slots the call names
+                           (dsa_select_layout) */
   int ctas;             /* heads_as_m unsplit: a persistent grid of this many CTAs, each looping over
                            units (token, group); 0: a CTA per unit and split */
   int token_group;      /* token groups: tokens a group (64 / heads); 0 otherwise */
@@ -132,7 +133,8 @@ static inline size_t dsa_plan_attention_rows_bytes(const dsa_sparse_mla_args *a)
  * slots), converted as above, and the entries are rewritten to those rows (int32 [tokens, topk]); else
  * heads_as_m runs the call unconverted. Layout at the workspace's start, each part 256-byte aligned: the
  * rows and their factors (as DSA_CONVERTED_COLF_OFF(DSA_SELECT_ROWS) says), the bitmap, the words'
- * prefixes, the blocks' prefixes, control words (the count, whether it fits, whether not), a round's entries. */
+ * prefixes, the blocks' prefixes, control words (the count, whether it fits, whether not), each row's slot
+ * (int32 [DSA_SELECT_ROWS]), a round's entries. */
 #define DSA_SELECT_ROWS ((int64_t)224 * 1024) /* 229,376: rows and factors within DSA_CONVERT_WORKSPACE_CAP */
 #define DSA_SELECT_MAX_SLOTS ((int64_t)1 << 27) /* a bitmap of 16 MiB, 4096 blocks of words */
 #define DSA_SELECT_BLOCK_WORDS 1024
@@ -145,7 +147,7 @@ static inline int64_t dsa_select_round_tokens(const dsa_sparse_mla_args *a) {
 }
 typedef struct {
   int64_t words, blocks; /* bitmap words (32 slots), blocks of DSA_SELECT_BLOCK_WORDS words */
-  size_t bits_off, wprefix_off, bprefix_off, ctl_off, idx_off, total;
+  size_t bits_off, wprefix_off, bprefix_off, ctl_off, row_slots_off, idx_off, total;
 } dsa_select_layout;
 static inline size_t dsa_align256(size_t n) { return (n + 255) & ~(size_t)255; }
 static inline dsa_select_layout dsa_select_layout_of(const dsa_sparse_mla_args *a) {
@@ -157,7 +159,8 @@ static inline dsa_select_layout dsa_select_layout_of(const dsa_sparse_mla_args *
   l.wprefix_off = l.bits_off + dsa_align256((size_t)l.words * 4);
   l.bprefix_off = l.wprefix_off + dsa_align256((size_t)l.words * 4);
   l.ctl_off = l.bprefix_off + dsa_align256((size_t)l.blocks * 4);
-  l.idx_off = l.ctl_off + 256;
+  l.row_slots_off = l.ctl_off + 256;
+  l.idx_off = l.row_slots_off + dsa_align256((size_t)DSA_SELECT_ROWS * 4);
   const int64_t round = dsa_select_round_tokens(a), tokens = a->num_tokens < round ? a->num_tokens : round;
   l.total = l.idx_off + dsa_align256((size_t)(tokens > 0 ? tokens : 0) * (size_t)a->topk * 4);
   return l;

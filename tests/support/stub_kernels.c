@@ -430,10 +430,11 @@ int dsa_attention_launch(const dsa_sparse_mla_args *a, const dsa_attention_plan 
           "mla converted rows for kernel %d", pl->kernel);
   REQUIRE(pl->kernel != DSA_ATTN_SEESAW || (pl->convert_rows != 0) == (a->kv_format == DSA_KV_FP8_PACKED),
           "mla seesaw converts exactly the packed FP8 rows");
-  REQUIRE(pl->convert_rows != 2 || (pl->kernel == DSA_ATTN_SEESAW && a->num_slots <= DSA_SELECT_MAX_SLOTS &&
-                                    dsa_plan_attention_rows_bytes(a) > DSA_CONVERT_WORKSPACE_CAP),
-          "mla rows selected only by the seesaw, over a cache too large to convert whole (%lld slots)",
-          (long long)a->num_slots);
+  REQUIRE(pl->convert_rows != 2 ||
+              ((pl->kernel == DSA_ATTN_SEESAW || (pl->kernel == DSA_ATTN_TOKEN_GROUPS && pl->token_group)) &&
+               a->num_slots <= DSA_SELECT_MAX_SLOTS && dsa_plan_attention_rows_bytes(a) > DSA_CONVERT_WORKSPACE_CAP),
+          "mla rows selected only by the seesaw and token groups, over a cache too large to convert whole "
+          "(%lld slots)", (long long)a->num_slots);
   const size_t need = dsa_plan_attention_workspace(a, pl);
   const int chosen = dsa_choose_attention(a, 1);
   const size_t bound = dsa_plan_attention_workspace_bound(a, chosen, dsa_choose_attention_convert(a, chosen)); /* the size query's */

@@ -197,8 +197,9 @@ int attn_main(bench *b, row_result **rows_out) {
     nshapes = o->nbatches;
   }
   int max_T = 0, max_H = 0, max_R = 1;
-  for (int i = 0; i < nshapes; i++) { /* the pool holds what the rows run need (--shape: only theirs) */
-    if (o->shape && !strstr(shapes[i].name, o->shape)) continue;
+  for (int i = 0; i < nshapes; i++) { /* the pool holds what the rows run need (--shape: only theirs,
+                                         unless --table-pool) */
+    if (o->shape && !o->table_pool && !strstr(shapes[i].name, o->shape)) continue;
     max_T = shapes[i].tokens > max_T ? shapes[i].tokens : max_T;
     max_H = shapes[i].heads > max_H ? shapes[i].heads : max_H;
     max_R = shapes[i].reqs > max_R ? shapes[i].reqs : max_R;

@@ -90,6 +90,7 @@ typedef struct {
   int chunk_shares[MAX_SHARES]; /* attn --chunk-shares: % of each token's selection kept from the previous */
   int nchunk_shares;            /* token's, a chunk row each (default 0 and 90) */
   int slot_order; /* attn --slot-order: each token's index list sorted by slot (the kernels read it so) */
+  int table_pool; /* attn --table-pool: the pool sized for the whole table even with --shape */
 } options;
 
 /* ---- The benchmark state: one pool of inputs sized for the largest row ---- */

@@ -93,7 +93,10 @@ static void usage(FILE *f) {
 "  --chunk-context N      attn --chunk-tokens: the context the chunks end at, 4k..128k (default\n"
 "                         128k; e.g. 32k, whose FP8 cache fits in L2)\n"
 "  --only decode|prefill  glm: one table only\n"
-"  --shape TEXT           attn: only the shapes whose name contains TEXT (e.g. \"128 x 128h\")\n"
+"  --shape TEXT           attn: only the shapes whose name contains TEXT (e.g. \"128 x 128h\");\n"
+"                         the pool then holds only their contexts\n"
+"  --table-pool           attn --shape: the pool as large as the whole table's (4M slots), so a\n"
+"                         row's cache is what it is in the table (an engine's pool)\n"
 "  --iters N              timed replays per stage, median reported (default 100; DESIGN asks >= 50)\n"
 "  --warmup N             untimed replays per stage before timing (default 20)\n"
 "  --check                before timing a row, compare its outputs with the float64 CPU reference\n"
@@ -285,6 +288,8 @@ static void parse_args(int argc, char **argv, options *o) {
       if (parse_size_list(v, a, ctx, 1) != 1 || ctx[0] < 4096 || ctx[0] > 131072)
         die("--chunk-context: '%s' is not one context of 4k..128k", v);
       o->chunk_ctx = ctx[0];
+    } else if (!strcmp(a, "--table-pool")) {
+      o->table_pool = 1;
     } else if (!strcmp(a, "--shape")) {
       NEED_VALUE();
       o->shape = v;

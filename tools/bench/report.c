@@ -190,13 +190,13 @@ void write_json(const bench *b, const row_result *rows, int n, const char *path)
   fprintf(f, "  \"options\": {\"mode\": \"%s\", \"q_dtype\": \"%s\", \"kv\": \"%s\", \"heads\": %d, "
              "\"index_heads\": %d, \"index_head_dim\": %d, \"topk\": %d, \"page_size\": %d, "
              "\"batch\": %d, \"mtp\": %d, \"prefill_tokens\": %d, \"ws_limit_mib\": %d, \"iters\": %d, \"warmup\": %d, \"check\": %s, "
-             "\"gate\": %s, \"cold\": %s, \"slot_order\": %s, \"chunk_context\": %lld, \"seed\": %llu, \"device\": %d, "
+             "\"gate\": %s, \"cold\": %s, \"slot_order\": %s, \"table_pool\": %s, \"chunk_context\": %lld, \"seed\": %llu, \"device\": %d, "
              "\"index_softmax_scale\": %.9g, \"attn_softmax_scale\": %.9g, \"sizes\": [",
           o->mode == MODE_GLM ? "glm" : o->mode == MODE_SERVE ? "serve" : "attn", o->q_fp8 ? "fp8" : "bf16",
           o->kv_fp8 ? "fp8" : "bf16",
           o->heads, o->index_heads, IDX_DIM, o->topk, PAGE, o->batch, o->mtp, o->prefill_tokens, o->ws_limit_mib, o->iters, o->warmup,
           o->check ? "true" : "false", o->gate ? "true" : "false", o->cold ? "true" : "false",
-          o->slot_order ? "true" : "false", (long long)o->chunk_ctx, (unsigned long long)o->seed,
+          o->slot_order ? "true" : "false", o->table_pool ? "true" : "false", (long long)o->chunk_ctx, (unsigned long long)o->seed,
           o->device, 1.0 / sqrt((double)IDX_DIM * o->index_heads), (double)ATTN_SCALE);
   for (int i = 0; i < o->nsizes; i++) fprintf(f, "%s%lld", i ? ", " : "", (long long)o->sizes[i]);
   fprintf(f, "], \"batches\": [");
