@@ -403,8 +403,9 @@ int dsa_choose_attention_convert(const dsa_sparse_mla_args *a, int kernel) {
   if (kernel == DSA_ATTN_SEESAW) return attention_select_rows(a) ? 2 : 1;
   if (kernel != DSA_ATTN_HEADS_AS_M && kernel != DSA_ATTN_TOKEN_GROUPS) return 0;
   /* token groups over an engine's pool: the rows the call selects (2), from SELECT_MIN_READS entries as the
-   * seesaw's, or always where DSA_KERNEL forces token groups (as it does the seesaw: so the tests reach it) */
-  if (kernel == DSA_ATTN_TOKEN_GROUPS && (a->num_heads == 8 || a->num_heads == 16 || a->num_heads == 32) &&
+   * seesaw's, or always where DSA_KERNEL forces token groups (as it does the seesaw: so the tests reach it);
+   * at 8 and 16 heads, where they are chosen and tested (32, forced only, runs unconverted) */
+  if (kernel == DSA_ATTN_TOKEN_GROUPS && (a->num_heads == 8 || a->num_heads == 16) &&
       attention_select_rows(a) &&
       (override_get()->attention == DSA_ATTN_TOKEN_GROUPS ||
        (int64_t)a->num_tokens * a->topk * ((a->num_heads + 63) / 64) >= SELECT_MIN_READS))

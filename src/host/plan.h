@@ -126,12 +126,12 @@ static inline size_t dsa_plan_attention_rows_bytes(const dsa_sparse_mla_args *a)
   const int64_t slots = a->num_slots < DSA_ATTN_SLOTS_CAP ? a->num_slots : DSA_ATTN_SLOTS_CAP;
   return (DSA_CONVERTED_COLF_OFF(slots) + (size_t)slots * sizeof(float) + 255) & ~(size_t)255;
 }
-/* Packed FP8 rows selected, then converted (convert_rows = 2: the seesaw over a cache whose rows all
- * would exceed DSA_CONVERT_WORKSPACE_CAP, an engine's pool): the slots the call's valid entries name are
+/* Packed FP8 rows selected, then converted (convert_rows = 2: the seesaw and token groups over a cache whose
+ * rows all would exceed DSA_CONVERT_WORKSPACE_CAP, an engine's pool): the slots the call's valid entries name are
  * marked in a bitmap and counted (a prefix of the words' popcounts, within blocks of 1024 words and over
  * the blocks); where they are at most DSA_SELECT_ROWS, slot s becomes row (its rank among the marked
  * slots), converted as above, and the entries are rewritten to those rows (int32 [tokens, topk]); else
- * heads_as_m runs the call unconverted. Layout at the workspace's start, each part 256-byte aligned: the
+ * the call runs unconverted. Layout at the workspace's start, each part 256-byte aligned: the
  * rows and their factors (as DSA_CONVERTED_COLF_OFF(DSA_SELECT_ROWS) says), the bitmap, the words'
  * prefixes, the blocks' prefixes, control words (the count, whether it fits, whether not), each row's slot
  * (int32 [DSA_SELECT_ROWS]), a round's entries. */
