@@ -1282,7 +1282,7 @@ __device__ __forceinline__ int hm_select_entry(const mla_io &io, int topk, uint3
    * waits on another */
   const int idx = __ldg(io.indices + t * io.indices_stride + i);
   const int end = io.lens ? min(topk, max(__ldg(io.lens + t), 0)) : topk;
-  return i < end && idx >= 0 && (int64_t)idx < io.num_slots ? idx : -1;
+  return i < end ? mla_slot_checked(idx, io.num_slots) : -1; /* num_slots capped: hm_params_of */
 }
 /* A batch of a thread's entries: e0 + k * 256 (blocks of 256 threads), k < HM_SELECT_BATCH; -1 past the end. */
 __device__ __forceinline__ void hm_select_batch(const mla_io &io, uint32_t entries, int topk, uint32_t e0,

@@ -364,6 +364,11 @@ static int attention_select_rows(const dsa_sparse_mla_args *a) {
   return a->kv_format == DSA_KV_FP8_PACKED && dsa_plan_attention_rows_bytes(a) > DSA_CONVERT_WORKSPACE_CAP &&
          a->num_slots <= DSA_SELECT_MAX_SLOTS;
 }
+/* ... and a call with entries enough (tokens x topk x head groups) for the selection to pay. */
+static int attention_select_pays(const dsa_sparse_mla_args *a) {
+  return attention_select_rows(a) &&
+         (int64_t)a->num_tokens * a->topk * ((a->num_heads + 63) / 64) >= SELECT_MIN_READS;
+}
 
 int dsa_choose_attention(const dsa_sparse_mla_args *a, int token_groups) {
   const int forced = override_get()->attention;
@@ -377,8 +382,7 @@ int dsa_choose_attention(const dsa_sparse_mla_args *a, int token_groups) {
   const int64_t units = (int64_t)a->num_tokens * ((a->num_heads + 63) / 64);
   if (a->num_heads >= HEADS_AS_M_MIN_HEADS && units >= (bf16 ? HEADS_AS_M_MIN_UNITS : HEADS_AS_M_MIN_UNITS_FP8))
     return token_groups && (attention_rows_read(a, bf16 ? SEESAW_MIN_READS : SEESAW_MIN_READS_FP8) ||
-                            (attention_select_rows(a) &&
-                             (int64_t)a->num_tokens * a->topk * ((a->num_heads + 63) / 64) >= SELECT_MIN_READS))
+                            attention_select_pays(a))
                ? DSA_ATTN_SEESAW
                : DSA_ATTN_HEADS_AS_M;
   const int64_t t = a->num_tokens;
@@ -406,9 +410,7 @@ int dsa_choose_attention_convert(const dsa_sparse_mla_args *a, int kernel) {
    * seesaw's, or always where DSA_KERNEL forces token groups (as it does the seesaw: so the tests reach it);
    * at 8 and 16 heads, where they are chosen and tested (32, forced only, runs unconverted) */
   if (kernel == DSA_ATTN_TOKEN_GROUPS && (a->num_heads == 8 || a->num_heads == 16) &&
-      attention_select_rows(a) &&
-      (override_get()->attention == DSA_ATTN_TOKEN_GROUPS ||
-       (int64_t)a->num_tokens * a->topk * ((a->num_heads + 63) / 64) >= SELECT_MIN_READS))
+      (attention_select_pays(a) || (override_get()->attention == DSA_ATTN_TOKEN_GROUPS && attention_select_rows(a))))
     return 2;
   return attention_rows_read(a, CONVERT_MIN_READS);
 }
