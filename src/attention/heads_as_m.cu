@@ -1248,27 +1248,31 @@ __global__ void __launch_bounds__(HM_CONVERT_THREADS) hm_convert_rows_kernel(con
 /* ---------------------------------------------------------------------------------------------
  * The rows a call selects, converted first (the plan's convert_rows 2: the seesaw and token groups over a
  * cache too large to convert whole, an engine's pool; the layout: dsa_select_layout). After a memset of the
- * bitmap, six kernels: mark (a bit for each slot a valid entry names), count (each word's prefix of the
- * marked slots within its block of 1024 words, and the block's total), total (the blocks' prefixes, the
- * count, and whether it fits DSA_SELECT_ROWS: the gate), list (each marked slot into its row's place in
- * the rows' slots: the rows in slot order), convert (a warp a row) and remap (each entry to its slot's row,
- * -1 where skipped). Slot s's row: bprefix[w / 1024] + wprefix[w] + the marked slots below s in its word
- * w = s / 32. Where the count does not fit, list, convert, remap and the converted rows' kernels return
- * at once, and the unconverted ones run the call. mark and remap take HM_SELECT_BATCH entries a thread at
- * once, their loads in flight together.
+ * bitmap, six kernels: mark (a bit for each slot a valid entry names), count (each word into the words
+ * with rows, a uint2: .x its marks, .y its prefix of the marked slots within its block of 1024 words; and
+ * the block's total), total (the blocks' prefixes, the count, and whether it fits DSA_SELECT_ROWS: the
+ * gate), list (each marked word's .y made the call's, the row of its first marked slot, and its marked
+ * slots into their rows' places in the rows' slots: the rows in slot order), convert (a warp a row) and
+ * remap (each entry to its slot's row, .y + the marked slots below it in its word; -1 where skipped).
+ * Where the count does not fit, list, convert, remap and the converted rows' kernels return at once, and
+ * the unconverted ones run the call.
  *
  * The entries name few slots many times (a prefill's tokens share their context): the slots' words are a
  * few KiB that every SM hits, and atomics and loads on them serialise in L2. H100, prefill 4096 x 128 heads
  * over a 16k context in a 4M-slot pool: a plain atomicOr an entry 263 us; a load from L2 first and the
  * atomic only where the bit was not yet set, 83 (91-122 with eight entries a thread in flight: the L2
- * slices of those words are the bound, not the latency).
+ * slices of those words are the bound, not the latency). A table of words in each CTA's shared memory
+ * first (open addressing, each table word added to the bitmap once) was slower: 390 against 92 us on the
+ * GLM chunk, 182 against 111 on the prefill; so was marking the uint2 words' .x in place of a bitmap of
+ * its own (140 against 111 on the prefill, 87 against 92 on the chunk; 2026-12-06). remap reads a word's
+ * marks and row in one 8-byte load: 41 us on the chunk's 8.4M entries, 67 with three loads an entry (the
+ * marks, the word's and the block's prefixes). mark and remap take HM_SELECT_BATCH entries a thread at once.
  */
 #define HM_SELECT_THREADS 1024
 #define HM_SELECT_BATCH 8
-__device__ __forceinline__ uint32_t hm_select_row(const uint32_t *bits, const uint32_t *wprefix,
-                                                  const uint32_t *bprefix, uint32_t s) {
-  const uint32_t w = s >> 5;
-  return bprefix[w / DSA_SELECT_BLOCK_WORDS] + wprefix[w] + __popc(bits[w] & ((1u << (s & 31)) - 1u));
+__device__ __forceinline__ uint32_t hm_select_row(const uint2 *words, uint32_t s) {
+  const uint2 v = words[s >> 5];
+  return v.y + __popc(v.x & ((1u << (s & 31)) - 1u));
 }
 /* Entry e of the round's [tokens, topk] entries: its slot, or -1 where skipped (attention.cuh's rule). A
  * round has at most DSA_SELECT_ROUND_ENTRIES entries, so e and the grid's strides stay in 32 bits (a 64-bit
@@ -1309,14 +1313,15 @@ __global__ void __launch_bounds__(256) hm_select_mark_kernel(const mla_io io, ui
   }
 }
 static_assert(DSA_SELECT_BLOCK_WORDS == HM_SELECT_THREADS, "a word a thread in the count");
-__global__ void __launch_bounds__(HM_SELECT_THREADS) hm_select_count_kernel(const uint32_t *bits, int64_t words,
-                                                                           uint32_t *wprefix, uint32_t *bsum) {
+__global__ void __launch_bounds__(HM_SELECT_THREADS) hm_select_count_kernel(const uint32_t *bits, int64_t num_words,
+                                                                           uint2 *words, uint32_t *bsum) {
   typedef cub::BlockScan<uint32_t, HM_SELECT_THREADS> scan_t;
   __shared__ typename scan_t::TempStorage tmp;
   const int64_t w = blockIdx.x * (int64_t)DSA_SELECT_BLOCK_WORDS + threadIdx.x;
   uint32_t pre, total;
-  scan_t(tmp).ExclusiveSum(w < words ? (uint32_t)__popc(bits[w]) : 0u, pre, total);
-  if (w < words) wprefix[w] = pre;
+  const uint32_t marks = w < num_words ? bits[w] : 0u;
+  scan_t(tmp).ExclusiveSum((uint32_t)__popc(marks), pre, total);
+  if (w < num_words) words[w] = make_uint2(marks, pre);
   if (threadIdx.x == 0) bsum[blockIdx.x] = total;
 }
 #define HM_SELECT_BLOCKS_A_THREAD 4
@@ -1345,16 +1350,17 @@ __global__ void __launch_bounds__(HM_SELECT_THREADS) hm_select_total_kernel(uint
     ctl[2] = 1 - ctl[1];
   }
 }
-/* A thread a word: its marked slots into the rows' slots (row -> slot), in slot order. */
-__global__ void __launch_bounds__(256) hm_select_list_kernel(const uint32_t *bits, const uint32_t *wprefix,
-                                                             const uint32_t *bprefix, int64_t words, const int *ctl,
-                                                             int32_t *row_slots) {
+/* A thread a word: a marked word's row made the call's (its block's prefix added), its marked slots into the
+ * rows' slots (row -> slot), in slot order. */
+__global__ void __launch_bounds__(256) hm_select_list_kernel(uint2 *words, const uint32_t *bprefix, int64_t num_words,
+                                                             const int *ctl, int32_t *row_slots) {
   const int64_t w = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-  if (w >= words || !ctl[1]) return;
-  uint32_t v = bits[w];
-  if (!v) return;
-  uint32_t r = bprefix[w / DSA_SELECT_BLOCK_WORDS] + wprefix[w];
-  for (; v; v &= v - 1u, ++r) row_slots[r] = (int32_t)(w * 32 + __ffs(v) - 1);
+  if (w >= num_words || !ctl[1]) return;
+  uint2 v = words[w];
+  if (!v.x) return;
+  v.y += bprefix[w / DSA_SELECT_BLOCK_WORDS];
+  words[w].y = v.y;
+  for (uint32_t r = v.y; v.x; v.x &= v.x - 1u, ++r) row_slots[r] = (int32_t)(w * 32 + __ffs(v.x) - 1);
 }
 /* A warp a row (DSA_SELECT_ROWS / 8 CTAs; those past the count return): as hm_convert_rows_kernel, each warp
  * its own row, not a word's rows in turn (a warp a word: 122 us for the GLM chunk's 131k rows of a 4M-slot
@@ -1368,9 +1374,7 @@ __global__ void __launch_bounds__(HM_CONVERT_THREADS) hm_select_convert_kernel(c
   hm_convert_row(kv, row_slots[r], rows, colf, r, threadIdx.x & 31);
 }
 __global__ void __launch_bounds__(256) hm_select_remap_kernel(const mla_io io, uint32_t entries, int topk,
-                                                              const uint32_t *bits, const uint32_t *wprefix,
-                                                              const uint32_t *bprefix, const int *ctl,
-                                                              int32_t *out) {
+                                                              const uint2 *words, const int *ctl, int32_t *out) {
   if (!ctl[1]) return;
   for (uint32_t e0 = blockIdx.x * 256u * HM_SELECT_BATCH + threadIdx.x; e0 < entries;
        e0 += gridDim.x * 256u * HM_SELECT_BATCH) {
@@ -1378,7 +1382,7 @@ __global__ void __launch_bounds__(256) hm_select_remap_kernel(const mla_io io, u
     hm_select_batch(io, entries, topk, e0, s);
 #pragma unroll
     for (int k = 0; k < HM_SELECT_BATCH; ++k) /* every load before the first store (out may alias, for all nvcc knows) */
-      row[k] = s[k] >= 0 ? (int)hm_select_row(bits, wprefix, bprefix, (uint32_t)s[k]) : -1;
+      row[k] = s[k] >= 0 ? (int)hm_select_row(words, (uint32_t)s[k]) : -1;
 #pragma unroll
     for (int k = 0; k < HM_SELECT_BATCH; ++k)
       if (e0 + 256u * k < entries) out[e0 + 256u * k] = row[k];
@@ -1634,8 +1638,9 @@ static cudaError_t hm_select_rows(const dsa_sparse_mla_args *a, hm_params &prm, 
                                   cudaStream_t stream) {
   const dsa_select_layout lay = dsa_select_layout_of(a);
   uint8_t *ws = (uint8_t *)workspace;
-  uint32_t *bits = (uint32_t *)(ws + lay.bits_off), *wprefix = (uint32_t *)(ws + lay.wprefix_off),
-           *bprefix = (uint32_t *)(ws + lay.bprefix_off);
+  uint32_t *bits = (uint32_t *)(ws + lay.bits_off);
+  uint2 *words = (uint2 *)(ws + lay.words_off);
+  uint32_t *bprefix = (uint32_t *)(ws + lay.bprefix_off);
   int *ctl = (int *)(ws + lay.ctl_off);
   int32_t *idx = (int32_t *)(ws + lay.idx_off), *row_slots = (int32_t *)(ws + lay.row_slots_off);
   const uint32_t entries = (uint32_t)((int64_t)a->num_tokens * a->topk); /* a round's: <= 2^24 */
@@ -1647,21 +1652,19 @@ static cudaError_t hm_select_rows(const dsa_sparse_mla_args *a, hm_params &prm, 
     err = dsa_launch(hm_select_mark_kernel, dim3(grid), 256, 0, stream, false, prm.io, entries, a->topk, bits);
   if (err == cudaSuccess)
     err = dsa_launch(hm_select_count_kernel, dim3((unsigned)lay.blocks), HM_SELECT_THREADS, 0, stream, false,
-                     (const uint32_t *)bits, lay.words, wprefix, bprefix);
+                     (const uint32_t *)bits, lay.words, words, bprefix);
   if (err == cudaSuccess)
     err = dsa_launch(hm_select_total_kernel, dim3(1), HM_SELECT_THREADS, 0, stream, false, bprefix, lay.blocks, ctl);
   if (err == cudaSuccess)
-    err = dsa_launch(hm_select_list_kernel, dim3((unsigned)((lay.words + 255) / 256)), 256, 0, stream, false,
-                     (const uint32_t *)bits, (const uint32_t *)wprefix, (const uint32_t *)bprefix, lay.words,
-                     (const int *)ctl, row_slots);
+    err = dsa_launch(hm_select_list_kernel, dim3((unsigned)((lay.words + 255) / 256)), 256, 0, stream, false, words,
+                     (const uint32_t *)bprefix, lay.words, (const int *)ctl, row_slots);
   if (err == cudaSuccess)
     err = dsa_launch(hm_select_convert_kernel, dim3((unsigned)(DSA_SELECT_ROWS / (HM_CONVERT_THREADS / 32))),
                      HM_CONVERT_THREADS, 0, stream, false, (const uint8_t *)a->kv_cache, (const int32_t *)row_slots,
                      (const int *)ctl, ws, (float *)(ws + DSA_CONVERTED_COLF_OFF(DSA_SELECT_ROWS)));
   if (err == cudaSuccess)
     err = dsa_launch(hm_select_remap_kernel, dim3(grid), 256, 0, stream, false, prm.io, entries, a->topk,
-                     (const uint32_t *)bits, (const uint32_t *)wprefix, (const uint32_t *)bprefix, (const int *)ctl,
-                     idx);
+                     (const uint2 *)words, (const int *)ctl, idx);
   if (err != cudaSuccess) return err;
   conv = prm;
   conv.io.kv = ws; /* the factors after the rows: hm_converted_factors */

@@ -290,10 +290,12 @@ void dsa_choose_topk(dsa_topk_params *p) {
  * Token groups over packed FP8 in such a pool, from the same count: the GLM chunk (4096 tokens, 8.4M entries)
  * over the bench's 4M-slot pool, H100, main (unconverted) / the rows selected, us, two runs: 16 heads
  * distinct 3,025 / 2,549 and 3,005 / 2,534, 90 % shared 1,144 / 1,167 and 1,147 / 1,170; 8 heads distinct
- * 2,866 / 2,383 and 2,853 / 2,351, shared 846 / 927 and 834 / 928. The selection costs ≈ 0.26 ms whatever
- * the share (ncu: mark 91, convert 89, remap 67 us for the chunk) and saves in proportion to the unions'
- * rows, so it loses where neighbouring tokens share most of their rows (at about 85 % shared at 16 heads,
- * 75 % at 8, by those points); chosen for both, the distinct rows the bar's case. */
+ * 2,866 / 2,383 and 2,853 / 2,351, shared 846 / 927 and 834 / 928. With remap by one 8-byte load a word
+ * (docs/bench/attn-select-words-rows-h100-2026-12-06/) the selection costs ≈ 0.235 ms whatever the share
+ * (ncu: mark 91, convert 89, remap 41 us for the chunk): 16 heads distinct 2,493 / 2,495, shared 1,144 /
+ * 1,143; 8 heads 2,337 / 2,333, 902 / 899. It saves in proportion to the unions' rows, so it loses where
+ * neighbouring tokens share most of their rows (about 90 % shared at 16 heads, 80 % at 8, by those
+ * points); chosen for both, the distinct rows the bar's case. */
 #define SELECT_MIN_READS ((int64_t)1 << 23)
 #define HEADS_AS_M_MIN_HEADS 33
 #define HEADS_AS_M_MIN_UNITS 8     /* bf16 KV */

@@ -132,9 +132,10 @@ static inline size_t dsa_plan_attention_rows_bytes(const dsa_sparse_mla_args *a)
  * the blocks); where they are at most DSA_SELECT_ROWS, slot s becomes row (its rank among the marked
  * slots), converted as above, and the entries are rewritten to those rows (int32 [tokens, topk]); else
  * the call runs unconverted. Layout at the workspace's start, each part 256-byte aligned: the
- * rows and their factors (as DSA_CONVERTED_COLF_OFF(DSA_SELECT_ROWS) says), the bitmap, the words'
- * prefixes, the blocks' prefixes, control words (the count, whether it fits, whether not), each row's slot
- * (int32 [DSA_SELECT_ROWS]), a round's entries. */
+ * rows and their factors (as DSA_CONVERTED_COLF_OFF(DSA_SELECT_ROWS) says), the bitmap (4 B a word of 32
+ * slots), the words again with their rows (8 B each: the 32 slots' marks, then the row of the word's first
+ * marked slot), the blocks' prefixes, control words (the count, whether it fits, whether not), each row's
+ * slot (int32 [DSA_SELECT_ROWS]), a round's entries. */
 #define DSA_SELECT_ROWS ((int64_t)224 * 1024) /* 229,376: rows and factors within DSA_CONVERT_WORKSPACE_CAP */
 #define DSA_SELECT_MAX_SLOTS ((int64_t)1 << 27) /* a bitmap of 16 MiB, 4096 blocks of words */
 #define DSA_SELECT_BLOCK_WORDS 1024
@@ -147,7 +148,7 @@ static inline int64_t dsa_select_round_tokens(const dsa_sparse_mla_args *a) {
 }
 typedef struct {
   int64_t words, blocks; /* bitmap words (32 slots), blocks of DSA_SELECT_BLOCK_WORDS words */
-  size_t bits_off, wprefix_off, bprefix_off, ctl_off, row_slots_off, idx_off, total;
+  size_t bits_off, words_off, bprefix_off, ctl_off, row_slots_off, idx_off, total;
 } dsa_select_layout;
 static inline size_t dsa_align256(size_t n) { return (n + 255) & ~(size_t)255; }
 static inline dsa_select_layout dsa_select_layout_of(const dsa_sparse_mla_args *a) {
@@ -156,8 +157,8 @@ static inline dsa_select_layout dsa_select_layout_of(const dsa_sparse_mla_args *
   l.words = (slots + 31) / 32;
   l.blocks = (l.words + DSA_SELECT_BLOCK_WORDS - 1) / DSA_SELECT_BLOCK_WORDS;
   l.bits_off = dsa_align256(DSA_CONVERTED_COLF_OFF(DSA_SELECT_ROWS) + (size_t)DSA_SELECT_ROWS * sizeof(float));
-  l.wprefix_off = l.bits_off + dsa_align256((size_t)l.words * 4);
-  l.bprefix_off = l.wprefix_off + dsa_align256((size_t)l.words * 4);
+  l.words_off = l.bits_off + dsa_align256((size_t)l.words * 4);
+  l.bprefix_off = l.words_off + dsa_align256((size_t)l.words * 8);
   l.ctl_off = l.bprefix_off + dsa_align256((size_t)l.blocks * 4);
   l.row_slots_off = l.ctl_off + 256;
   l.idx_off = l.row_slots_off + dsa_align256((size_t)DSA_SELECT_ROWS * 4);
