@@ -169,7 +169,10 @@ def torch_ops_part(torch, mla, scores, store, base):
             lib.define(name + schema)
         assert ops.register_c_kernel(libs["c"], "dsa_cost_c", "CPU", getattr(ops, name), schema)
         libs["py"].impl(name, getattr(ops, name).fn, "CPU")
-    print(f"\ntorch.ops.dsa, host part a call (CPU tensors, C a no-op, outputs allocated; torch.add {base:.2f} us):")
+    a, b = torch.randn(16), torch.randn(16)
+    entry = best_us(lambda: torch.ops.aten.add.Tensor(a, b), N // 2)  # any operator's entry through torch.ops
+    print(f"\ntorch.ops.dsa, host part a call (CPU tensors, C a no-op, outputs allocated; torch.add {base:.2f} us, "
+          f"torch.ops.aten.add.Tensor {entry:.2f}):")
     for ns in ("dsa_cost_c", "dsa_cost_py"):
         o = getattr(torch.ops, ns)
         rows = {"sparse_mla": lambda: o.sparse_mla.default(*mla[:3], 0.1, mla[3]),
