@@ -294,13 +294,12 @@ DSA_API dsa_status dsa_topk(const dsa_topk_args *args, void *workspace, size_t w
  * runs unconverted (heads_as_m in the seesaw's place). Over a cache whose rows all would exceed 256 MiB
  * (an engine's pool, up to 2^27 slots), the seesaw converts only the rows the call selects, for calls of
  * tokens x topk x ceil(heads / 64) >= 2^23 (or forced): 229,376 rows and their factors (265,158,656 B),
- * a bitmap of the slots (4 B a 32 slots, rounded up to 256), its words with their rows (8 B a 32
- * slots, rounded up to 256), the
- * blocks' prefixes (4 B a 32,768 slots, rounded up to 256), 256 B, each row's slot (917,504 B), and the
- * rewritten entries of a round of at most 2^24 (min(tokens, 2^24 / topk) x topk x 4 B, rounded up to 256);
- * a call naming more slots than those rows runs unconverted (decided on the device). Token groups at 8
- * and 16 heads do the same over packed FP8 in such a cache from 2^23 entries (or forced), their unions
- * after those bytes.
+ * a bitmap of the slots (4 B a 32 slots, rounded up to 256), its words with their rows (8 B a 32 slots,
+ * rounded up to 256), the blocks' prefixes (4 B a 32,768 slots, rounded up to 256), 256 B, each row's slot
+ * (917,504 B), and the rewritten entries of a round of at most 2^24 (min(tokens, 2^24 / topk) x topk x
+ * 4 B, rounded up to 256); a call naming more slots than those rows runs unconverted (decided on the
+ * device). Token groups at 8 and 16 heads do the same over packed FP8 in such a cache from 2^23 entries
+ * (or forced), their unions after those bytes.
  * The size query needs no device and holds for every sm_90 part.
  * Three kernels compute this (same contract, results within the tolerances, each deterministic):
  * mma_split (mma.sync, a token's list split over CTAs and combined), rows_as_m (wgmma, KV rows as M,

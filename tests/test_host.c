@@ -311,14 +311,14 @@ static dsa_status mla_call(const dsa_sparse_mla_args *a, int sms, size_t *bound)
 }
 
 /* The workspace of the seesaw over the packed FP8 rows a call selects (host/plan.h's dsa_select_layout,
- * written out): 229,376 rows of 1152 B and their factors, the bitmap of the slots (4 B a word of 32
- * slots), its words with their rows (8 B a word), the blocks' prefixes (4 B a 1024 words), 256 B of control, each row's slot
- * (4 B a row), the entries rewritten (4 B each); each part 256-byte aligned. */
+ * written out): 229,376 rows of 1152 B and their factors, the bitmap of the slots (4 B a word of 32 slots),
+ * its words with their rows (8 B a word), the blocks' prefixes (4 B a 1024 words), 256 B of control, each
+ * row's slot (4 B a row), the entries rewritten (4 B each); each part 256-byte aligned. */
 static size_t select_bytes(int64_t slots, int tokens, int topk) {
   const size_t words = (size_t)((slots + 31) / 32), blocks = (words + 1023) / 1024;
   const size_t a256 = 255;
-  return 229376u * 1152u + 229376u * 4u + ((words * 4 + a256) & ~a256) + ((words * 8 + a256) & ~a256) + ((blocks * 4 + a256) & ~a256) + 256 +
-         229376u * 4u + (((size_t)tokens * topk * 4 + a256) & ~a256);
+  return 229376u * 1152u + 229376u * 4u + ((words * 4 + a256) & ~a256) + ((words * 8 + a256) & ~a256) +
+         ((blocks * 4 + a256) & ~a256) + 256 + 229376u * 4u + (((size_t)tokens * topk * 4 + a256) & ~a256);
 }
 
 /* The attention split plan is made for the current device's SM count. */
