@@ -333,24 +333,30 @@ static int mla_mma_split_max_mt(const dsa_sparse_mla_args *a) {
  * (dev/attention_mma_split_trace.cu, docs/PERF.md): a CTA of 64 heads takes about twice a CTA of 16. */
 static int64_t mla_mma_split_chunk_weight(int mt) { return mt == 1 ? 2 : mt == 2 ? 3 : 4; }
 
-/* What the seesaw converts: packed FP8 rows always, every slot (1) or the ones the call selects (2). */
-static int mla_seesaw_convert(int fp8, int convert) { return fp8 ? (convert == 2 ? 2 : 1) : 0; }
+/* What a kernel's plan converts first (its convert_rows), asked `convert`: only packed FP8 rows; the seesaw
+ * always, every slot (1) or the ones the call selects (2); token groups as asked (1 or 2); heads_as_m (and
+ * token groups at other head counts, which run its plan) every slot where asked; nothing else. */
+static int mla_plan_convert(const dsa_sparse_mla_args *a, int kernel, int convert) {
+  if (a->kv_format != DSA_KV_FP8_PACKED) return 0;
+  if (kernel == DSA_ATTN_SEESAW) return convert == 2 ? 2 : 1;
+  if (kernel == DSA_ATTN_TOKEN_GROUPS && mla_token_group(a)) return convert;
+  return (kernel == DSA_ATTN_HEADS_AS_M || kernel == DSA_ATTN_TOKEN_GROUPS) && convert;
+}
 
 dsa_attention_plan dsa_plan_attention(const dsa_sparse_mla_args *a, const dsa_device_info *dev, int kernel,
                                       int convert) {
-  const int fp8 = a->kv_format == DSA_KV_FP8_PACKED;
   if (kernel == DSA_ATTN_ROWS_AS_M) return mla_plan_rows_as_m(a, dev);
-  if (kernel == DSA_ATTN_HEADS_AS_M) return mla_plan_heads_as_m(a, dev, fp8 && convert);
+  if (kernel == DSA_ATTN_HEADS_AS_M) return mla_plan_heads_as_m(a, dev, mla_plan_convert(a, kernel, convert));
   if (kernel == DSA_ATTN_TOKEN_GROUPS) { /* 64 / H tokens a CTA, unsplit; other head counts: heads_as_m */
-    if (!mla_token_group(a)) return mla_plan_heads_as_m(a, dev, fp8 && convert);
+    if (!mla_token_group(a)) return mla_plan_heads_as_m(a, dev, mla_plan_convert(a, kernel, convert));
     dsa_attention_plan pl = mla_plan_unsplit(a, DSA_ATTN_TOKEN_GROUPS, 4);
     pl.token_group = mla_token_group(a);
     pl.tg_groups = mla_tg_groups(a);
-    pl.convert_rows = fp8 ? convert : 0; /* every slot (1) or the ones the call selects (2) */
+    pl.convert_rows = mla_plan_convert(a, kernel, convert); /* every slot (1) or the ones the call selects (2) */
     return pl;
   }
   if (kernel == DSA_ATTN_SEESAW) { /* heads_as_m's CTAs and splits, its seesaw consumers */
-    dsa_attention_plan pl = mla_plan_heads_as_m(a, dev, mla_seesaw_convert(fp8, convert));
+    dsa_attention_plan pl = mla_plan_heads_as_m(a, dev, mla_plan_convert(a, kernel, convert));
     pl.kernel = DSA_ATTN_SEESAW;
     pl.ctas = 0; /* its consumers take one unit a CTA */
     return pl;
@@ -398,14 +404,9 @@ size_t dsa_plan_attention_workspace(const dsa_sparse_mla_args *a, const dsa_atte
  * cluster (refused, they run unsplit): only the converted rows. */
 size_t dsa_plan_attention_workspace_bound(const dsa_sparse_mla_args *a, int kernel, int convert) {
   if (a->num_tokens <= 0) return 0;
-  const int fp8 = a->kv_format == DSA_KV_FP8_PACKED;
-  /* packed FP8 rows converted first: heads_as_m (and token groups) when asked to, the seesaw always; the
-   * cluster kernels need nothing else */
-  const int converted = kernel == DSA_ATTN_SEESAW ? mla_seesaw_convert(fp8, convert)
-                        : kernel == DSA_ATTN_TOKEN_GROUPS && mla_token_group(a) ? (fp8 ? convert : 0)
-                        : kernel == DSA_ATTN_HEADS_AS_M || kernel == DSA_ATTN_TOKEN_GROUPS ? fp8 && convert
-                                                                                          : 0;
-  const size_t rows = dsa_plan_converted_bytes(a, converted);
+  /* packed FP8 rows converted first, as the kernel's plan converts them; the cluster kernels need nothing
+   * else */
+  const size_t rows = dsa_plan_converted_bytes(a, mla_plan_convert(a, kernel, convert));
   /* token groups: their unions (their plan takes nothing from the device) */
   if (kernel == DSA_ATTN_TOKEN_GROUPS && mla_token_group(a))
     return rows + dsa_tg_layout_of(a, mla_tg_groups(a)).total;
